@@ -1,0 +1,255 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Phase is where a claim stands in its lock's arbitration.
+// +kubebuilder:validation:Enum=Pending;Waiting;Held;Superseded;Released;Expired
+type Phase string
+
+const (
+	// PhasePending: the operator has not decided on this claim yet. Can
+	// transition to any other phase.
+	PhasePending Phase = "Pending"
+	// PhaseWaiting: this claim has the lock's single waiting slot and will hold
+	// the lock when the holder ends. Can transition to Held, Superseded or
+	// Released.
+	PhaseWaiting Phase = "Waiting"
+	// PhaseHeld: this claim holds the lock; its build may deploy. Can transition
+	// to Released or Expired.
+	PhaseHeld Phase = "Held"
+	// PhaseSuperseded: a newer build made this claim obsolete; its build should
+	// stop without deploying. Terminal.
+	PhaseSuperseded Phase = "Superseded"
+	// PhaseReleased: the claim ended because its pod finished or disappeared,
+	// or the hold was released by an operator. Terminal.
+	PhaseReleased Phase = "Released"
+	// PhaseExpired: a pod-less holder was not renewed within expiresAfter, or
+	// a pod-backed holder exceeded the operator's --max-hold. Terminal.
+	PhaseExpired Phase = "Expired"
+)
+
+// IsTerminal reports whether a claim in this phase can never change again.
+func (p Phase) IsTerminal() bool {
+	return p == PhaseSuperseded || p == PhaseReleased || p == PhaseExpired
+}
+
+// ConditionAcquired is True while the claim holds its lock, so that a
+// pipeline can `kubectl wait --for=condition=Acquired`. It is False with the
+// claim's reason in every other phase.
+const ConditionAcquired = "Acquired"
+
+// Reasons set on status.reason and on the Acquired condition.
+const (
+	// ReasonPending: the operator has not arbitrated this claim yet.
+	ReasonPending = "Pending"
+	// ReasonAcquired: the claim holds the lock.
+	ReasonAcquired = "Acquired"
+	// ReasonWaitingForHolder: the claim has the waiting slot.
+	ReasonWaitingForHolder = "WaitingForHolder"
+	// ReasonSupersededByNewerBuild: a newer build of the same repository and
+	// branch, or a newer build of another line that won the waiting slot,
+	// made this claim obsolete.
+	ReasonSupersededByNewerBuild = "SupersededByNewerBuild"
+	// ReasonDuplicateBuild: another claim for the same repository, branch and
+	// build number was there first.
+	ReasonDuplicateBuild = "DuplicateBuild"
+	// ReasonPodFinished: the claim's pod reached Succeeded or Failed.
+	ReasonPodFinished = "PodFinished"
+	// ReasonPodGone: the claim's pod does not exist, or has another UID.
+	ReasonPodGone = "PodGone"
+	// ReasonLockLost: the grant record no longer names this claim although it
+	// was shown as holding (the grant was changed outside this claim's life,
+	// for example by a force-release).
+	ReasonLockLost = "LockLost"
+	// ReasonExpired: a pod-less holder was not renewed in time.
+	ReasonExpired = "Expired"
+	// ReasonMaxHoldExceeded: a pod-backed holder held longer than --max-hold.
+	ReasonMaxHoldExceeded = "MaxHoldExceeded"
+)
+
+// PodReference names the pipeline pod that runs the build, in the claim's
+// namespace. While it is Pending, Running or Unknown the build is alive.
+type PodReference struct {
+	// Name of the pod, in the BuildLock's namespace.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Name string `json:"name"`
+
+	// UID of the pod. When set, a pod of the same name with another UID counts
+	// as gone (the build's pod was replaced).
+	// +optional
+	// +kubebuilder:validation:MaxLength=36
+	// +kubebuilder:validation:Pattern=`^[0-9a-fA-F-]+$`
+	UID string `json:"uid,omitempty"`
+}
+
+// BuildLockSpec is one build's claim on one deploy target. Every field but
+// renewTime is fixed at creation.
+// +kubebuilder:validation:XValidation:rule="self.target == oldSelf.target",message="spec.target is immutable: delete this BuildLock and create a new one"
+// +kubebuilder:validation:XValidation:rule="self.repo == oldSelf.repo",message="spec.repo is immutable: delete this BuildLock and create a new one"
+// +kubebuilder:validation:XValidation:rule="self.branch == oldSelf.branch",message="spec.branch is immutable: delete this BuildLock and create a new one"
+// +kubebuilder:validation:XValidation:rule="self.build == oldSelf.build",message="spec.build is immutable: delete this BuildLock and create a new one"
+// +kubebuilder:validation:XValidation:rule="has(self.podRef) == has(oldSelf.podRef) && (!has(self.podRef) || self.podRef == oldSelf.podRef)",message="spec.podRef is immutable: delete this BuildLock and create a new one"
+// +kubebuilder:validation:XValidation:rule="has(self.timestamp) == has(oldSelf.timestamp) && (!has(self.timestamp) || self.timestamp == oldSelf.timestamp)",message="spec.timestamp is immutable: delete this BuildLock and create a new one"
+// +kubebuilder:validation:XValidation:rule="has(self.expiresAfter) == has(oldSelf.expiresAfter) && (!has(self.expiresAfter) || self.expiresAfter == oldSelf.expiresAfter)",message="spec.expiresAfter is immutable: delete this BuildLock and create a new one"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.renewTime) || (has(self.renewTime) && timestamp(self.renewTime) >= timestamp(oldSelf.renewTime))",message="spec.renewTime may only move forward: set it to the current time, never earlier than its last value, and never remove it"
+type BuildLockSpec struct {
+	// Target is the namespace the build deploys into. Claims in the same
+	// namespace with the same target contend for one lock.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Target string `json:"target"`
+
+	// Repo is the repository the build comes from, as owner/name (GitLab's
+	// nested groups, group/subgroup/name, are accepted too).
+	// +required
+	// +kubebuilder:validation:MinLength=3
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)+$`
+	Repo string `json:"repo"`
+
+	// Branch is the branch (or other ref) that was built.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=255
+	Branch string `json:"branch"`
+
+	// Build is the build number within repo and branch; a higher number is a
+	// newer build of the same line.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	Build int64 `json:"build"`
+
+	// PodRef names the pipeline's pod in this namespace. While it runs, the
+	// build is alive; when it finishes or disappears, the claim ends.
+	// +optional
+	PodRef *PodReference `json:"podRef,omitempty"`
+
+	// Timestamp is when the build started; it orders builds of different
+	// lines (newer wins the waiting slot). When absent, the BuildLock's
+	// creationTimestamp stands in.
+	// +optional
+	Timestamp *metav1.MicroTime `json:"timestamp,omitempty"`
+
+	// ExpiresAfter applies only to claims without podRef: how long a holder
+	// keeps the lock after it was granted or last renewed (spec.renewTime).
+	// Between 10s and 24h.
+	// +optional
+	// +kubebuilder:default="1h"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10s') && duration(self) <= duration('24h')",message="spec.expiresAfter must be between 10s and 24h, for example 30m"
+	ExpiresAfter *metav1.Duration `json:"expiresAfter,omitempty"`
+
+	// RenewTime is bumped by a pod-less holder's client to keep the lock; the
+	// hold expires at max(acquiredAt, renewTime) + expiresAfter. It may only
+	// move forward. It is the one field that may change after creation.
+	// +optional
+	RenewTime *metav1.MicroTime `json:"renewTime,omitempty"`
+}
+
+// BuildLockStatus is the operator's verdict on the claim. Only the operator
+// writes it.
+type BuildLockStatus struct {
+	// Phase is where the claim stands: Pending, Waiting, Held, Superseded,
+	// Released or Expired.
+	// +optional
+	Phase Phase `json:"phase,omitempty"`
+
+	// Holder is the name of the BuildLock that holds this target now (as of
+	// this claim's last update; a terminal claim keeps the picture it ended
+	// with).
+	// +optional
+	Holder string `json:"holder,omitempty"`
+
+	// Waiting is the name of the BuildLock that has the waiting slot now.
+	// +optional
+	Waiting string `json:"waiting,omitempty"`
+
+	// FencingToken is the grant number of this claim's hold: it increases with
+	// every grant of the target and is never reused. Pass it to the systems
+	// you deploy to, so that they can refuse a stale holder.
+	// +optional
+	FencingToken int64 `json:"fencingToken,omitempty"`
+
+	// AcquiredAt is when this claim was granted the lock.
+	// +optional
+	AcquiredAt *metav1.MicroTime `json:"acquiredAt,omitempty"`
+
+	// ExpiresAt is when a pod-less hold ends unless spec.renewTime is bumped.
+	// +optional
+	ExpiresAt *metav1.MicroTime `json:"expiresAt,omitempty"`
+
+	// FinishedAt is when the claim reached a terminal phase. Finished claims
+	// are deleted by the operator after its --finished-ttl.
+	// +optional
+	FinishedAt *metav1.MicroTime `json:"finishedAt,omitempty"`
+
+	// SupersededBy names the BuildLock that made this claim obsolete.
+	// +optional
+	SupersededBy string `json:"supersededBy,omitempty"`
+
+	// Reason is a CamelCase word for why the claim is in its phase.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+
+	// Message says, for a person, why the claim is in its phase and what
+	// happens next.
+	// +optional
+	Message string `json:"message,omitempty"`
+
+	// ObservedGeneration is the metadata.generation this status was computed
+	// from.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Conditions hold the Acquired condition.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// BuildLock is one build's claim on a deploy target. The operator arbitrates
+// all claims with the same namespace and spec.target: one holds, one waits,
+// the others are superseded by newer builds.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=bl,categories=buildlock
+// +kubebuilder:selectablefield:JSONPath=`.spec.target`
+// +kubebuilder:printcolumn:name="Target",type=string,JSONPath=`.spec.target`
+// +kubebuilder:printcolumn:name="Repo",type=string,JSONPath=`.spec.repo`
+// +kubebuilder:printcolumn:name="Branch",type=string,JSONPath=`.spec.branch`
+// +kubebuilder:printcolumn:name="Build",type=integer,JSONPath=`.spec.build`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Holder",type=string,JSONPath=`.status.holder`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Waiting",type=string,JSONPath=`.status.waiting`,priority=1
+// +kubebuilder:printcolumn:name="Token",type=integer,JSONPath=`.status.fencingToken`,priority=1
+// +kubebuilder:printcolumn:name="Pod",type=string,JSONPath=`.spec.podRef.name`,priority=1
+type BuildLock struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec BuildLockSpec `json:"spec"`
+
+	// +optional
+	Status BuildLockStatus `json:"status,omitempty"`
+}
+
+// BuildLockList is a list of BuildLocks.
+//
+// +kubebuilder:object:root=true
+type BuildLockList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []BuildLock `json:"items"`
+}
