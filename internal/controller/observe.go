@@ -1,0 +1,162 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
+	"github.com/buildlock/buildlock/internal/arbiter"
+)
+
+// targetField indexes BuildLocks by spec.target. The same name is a
+// selectable field of the CRD, so one MatchingFields works against both the
+// cache and the API server.
+const targetField = "spec.target"
+
+// podRefField indexes BuildLocks by spec.podRef.name, to map pod events to
+// the locks they concern.
+const podRefField = "spec.podRef.name"
+
+// observation is what one reconcile saw of one lock: the claims, the grant
+// record, and what is known of each claim's pod.
+type observation struct {
+	claims []buildlockv1.BuildLock
+	lease  *coordinationv1.Lease // nil when the lock has never been granted
+	pods   map[string]arbiter.PodState
+}
+
+// listClaims lists the BuildLocks of one lock through reader (the cache, or
+// the API server when the read must be live).
+func listClaims(ctx context.Context, reader client.Reader, lock arbiter.Lock) ([]buildlockv1.BuildLock, error) {
+	var list buildlockv1.BuildLockList
+	if err := reader.List(ctx, &list, client.InNamespace(lock.Namespace), client.MatchingFields{targetField: lock.Target}); err != nil {
+		return nil, fmt.Errorf("listing BuildLocks for target %q in %q: %w", lock.Target, lock.Namespace, err)
+	}
+	return list.Items, nil
+}
+
+// getLease reads the lock's grant record live; nil when it does not exist.
+func getLease(ctx context.Context, reader client.Reader, lock arbiter.Lock) (*coordinationv1.Lease, error) {
+	var lease coordinationv1.Lease
+	err := reader.Get(ctx, types.NamespacedName{Namespace: lock.Namespace, Name: leaseName(lock.Target)}, &lease)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading grant Lease for target %q in %q: %w", lock.Target, lock.Namespace, err)
+	}
+	return &lease, nil
+}
+
+// observePods reads, live, the pod of every claim that can still change and
+// has a podRef and no entry in known. A pod counts as gone only when the API
+// server says so (NotFound, or another UID); any other error leaves it
+// unknown, which the arbiter treats as alive.
+func observePods(ctx context.Context, reader client.Reader, claims []buildlockv1.BuildLock, known map[string]arbiter.PodState) map[string]arbiter.PodState {
+	states := make(map[string]arbiter.PodState, len(claims))
+	for i := range claims {
+		bl := &claims[i]
+		if bl.Spec.PodRef == nil || bl.Status.Phase.IsTerminal() {
+			continue
+		}
+		if s, ok := known[bl.Name]; ok {
+			states[bl.Name] = s
+			continue
+		}
+		states[bl.Name] = readPodState(ctx, reader, bl)
+	}
+	return states
+}
+
+func readPodState(ctx context.Context, reader client.Reader, bl *buildlockv1.BuildLock) arbiter.PodState {
+	var pod corev1.Pod
+	err := reader.Get(ctx, types.NamespacedName{Namespace: bl.Namespace, Name: bl.Spec.PodRef.Name}, &pod)
+	switch {
+	case apierrors.IsNotFound(err):
+		return arbiter.PodGone
+	case err != nil:
+		logf.FromContext(ctx).Info("Could not read pod; treating it as alive", "pod", bl.Spec.PodRef.Name, "buildLock", bl.Name, "error", err.Error())
+		return arbiter.PodUnknown
+	case bl.Spec.PodRef.UID != "" && string(pod.UID) != bl.Spec.PodRef.UID:
+		return arbiter.PodGone
+	case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
+		return arbiter.PodFinished
+	default:
+		return arbiter.PodAlive
+	}
+}
+
+// arbiterInputs converts an observation into the arbiter's plain inputs.
+func arbiterInputs(obs observation) ([]arbiter.Claim, arbiter.Grant) {
+	claims := make([]arbiter.Claim, 0, len(obs.claims))
+	for i := range obs.claims {
+		claims = append(claims, toArbiterClaim(&obs.claims[i], obs.pods))
+	}
+	return claims, grantFromLease(obs.lease)
+}
+
+func toArbiterClaim(bl *buildlockv1.BuildLock, pods map[string]arbiter.PodState) arbiter.Claim {
+	c := arbiter.Claim{
+		Name:         bl.Name,
+		UID:          string(bl.UID),
+		Repo:         bl.Spec.Repo,
+		Branch:       bl.Spec.Branch,
+		Build:        bl.Spec.Build,
+		Created:      bl.CreationTimestamp.Time,
+		OrderTime:    bl.CreationTimestamp.Time,
+		Phase:        arbiter.Phase(bl.Status.Phase),
+		FencingToken: bl.Status.FencingToken,
+		Pod:          arbiter.NoPod,
+		ExpiresAfter: time.Hour,
+	}
+	if bl.Spec.Timestamp != nil {
+		c.OrderTime = bl.Spec.Timestamp.Time
+	}
+	if bl.Spec.ExpiresAfter != nil {
+		c.ExpiresAfter = bl.Spec.ExpiresAfter.Duration
+	}
+	if bl.Spec.RenewTime != nil {
+		c.RenewTime = bl.Spec.RenewTime.Time
+	}
+	if bl.Spec.PodRef != nil {
+		c.Pod = arbiter.PodUnknown
+		if s, ok := pods[bl.Name]; ok {
+			c.Pod = s
+		}
+	}
+	return c
+}
+
+// holderIdentity is how a Lease names its holding BuildLock: "name/uid".
+func holderIdentity(name, uid string) string {
+	if name == "" {
+		return ""
+	}
+	return name + "/" + uid
+}
+
+func grantFromLease(lease *coordinationv1.Lease) arbiter.Grant {
+	var g arbiter.Grant
+	if lease == nil {
+		return g
+	}
+	if lease.Spec.HolderIdentity != nil {
+		g.Holder, g.HolderUID, _ = strings.Cut(*lease.Spec.HolderIdentity, "/")
+	}
+	if lease.Spec.LeaseTransitions != nil {
+		g.Token = int64(*lease.Spec.LeaseTransitions)
+	}
+	if lease.Spec.AcquireTime != nil {
+		g.AcquiredAt = lease.Spec.AcquireTime.Time
+	}
+	return g
+}

@@ -1,0 +1,236 @@
+// Package controller applies the arbiter's decisions to the cluster. It
+// reconciles a lock (a namespace and a target), not a single BuildLock: every
+// event about a claim or its pod maps to the lock it concerns, so the
+// workqueue serializes all work on one lock. A reconcile observes the lock,
+// asks the arbiter once, and applies the decision: the grant first, as a
+// compare-and-swap on the lock's Lease, then each claim's status, each write
+// conditional on the resourceVersion it was computed from.
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
+	"github.com/buildlock/buildlock/internal/arbiter"
+)
+
+// conflictRetryDelay is how soon a lock is decided again after a write lost a
+// race. Short, because a hand-off may be waiting on it; not zero, so that
+// the cache can catch up with the write that won.
+const conflictRetryDelay = 20 * time.Millisecond
+
+// LockReconciler reconciles one lock per request: the request's Namespace is
+// the claims' namespace and its Name is the target.
+type LockReconciler struct {
+	// Client reads claims from the cache and writes Leases, statuses and
+	// deletions.
+	Client client.Client
+	// APIReader reads live from the API server: the grant Lease, pods, and
+	// the claims before a grant changes.
+	APIReader client.Reader
+	// Recorder emits events on BuildLocks.
+	Recorder events.EventRecorder
+	// Clock tells the time; tests and chaos runs skew it.
+	Clock clock.PassiveClock
+	// Policy shapes the arbiter's decisions (--max-hold).
+	Policy arbiter.Policy
+	// FinishedTTL is how long a terminal claim is kept; zero keeps it.
+	FinishedTTL time.Duration
+	// Decide is the arbiter; a field so that tests can break it on purpose.
+	Decide func(arbiter.Lock, []arbiter.Claim, arbiter.Grant, time.Time, arbiter.Policy) arbiter.Decision
+	// Metrics receives what happened; nil records nothing.
+	Metrics *Metrics
+}
+
+// +kubebuilder:rbac:groups=buildlock.io,resources=buildlocks,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups=buildlock.io,resources=buildlocks/status,verbs=update
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;create;update
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconcile decides one lock and applies the decision.
+func (r *LockReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	lock := arbiter.Lock{Namespace: req.Namespace, Target: req.Name}
+	log := logf.FromContext(ctx).WithValues("namespace", lock.Namespace, "target", lock.Target)
+	ctx = logf.IntoContext(ctx, log)
+	// The API stores times in microseconds; deciding on the same precision
+	// keeps a decision's fixed point across a round trip.
+	now := r.Clock.Now().Truncate(time.Microsecond)
+
+	obs, err := r.observe(ctx, r.Client, lock, nil)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	decision := r.decide(lock, obs, now)
+
+	if decision.GrantChanged {
+		// The cache may be stale: decide again on a live read, and record the
+		// grant only if the Lease is still what that read returned.
+		if obs, err = r.observe(ctx, r.APIReader, lock, obs.pods); err != nil {
+			return ctrl.Result{}, err
+		}
+		decision = r.decide(lock, obs, now)
+		if decision.GrantChanged {
+			if _, err := writeGrant(ctx, r.Client, lock, obs.lease, decision.Grant); err != nil {
+				return r.retryOnRace(ctx, err)
+			}
+			log.V(1).Info("Recorded grant", "holder", decision.Grant.Holder, "fencingToken", decision.Grant.Token)
+		}
+	}
+
+	if err := r.applyStatuses(ctx, lock, obs, decision, now); err != nil {
+		return r.retryOnRace(ctx, err)
+	}
+	r.Metrics.observeDecision(lock, obs, decision, now)
+
+	next, err := r.deleteFinished(ctx, obs.claims, now)
+	if err != nil {
+		return r.retryOnRace(ctx, err)
+	}
+	return ctrl.Result{RequeueAfter: untilEarliest(now, decision.NextLook, next)}, nil
+}
+
+// observe gathers one lock's claims (through reader), its grant Lease (always
+// live: the grant is the one input that must never be stale) and its pods.
+func (r *LockReconciler) observe(ctx context.Context, reader client.Reader, lock arbiter.Lock, knownPods map[string]arbiter.PodState) (observation, error) {
+	claims, err := listClaims(ctx, reader, lock)
+	if err != nil {
+		return observation{}, err
+	}
+	lease, err := getLease(ctx, r.APIReader, lock)
+	if err != nil {
+		return observation{}, err
+	}
+	return observation{claims: claims, lease: lease, pods: observePods(ctx, r.APIReader, claims, knownPods)}, nil
+}
+
+func (r *LockReconciler) decide(lock arbiter.Lock, obs observation, now time.Time) arbiter.Decision {
+	claims, grant := arbiterInputs(obs)
+	decide := r.Decide
+	if decide == nil {
+		decide = arbiter.Decide
+	}
+	return decide(lock, claims, grant, now, r.Policy)
+}
+
+// applyStatuses writes every claim whose status the decision changes, in the
+// decision's order: claims that stop holding first, the new holder last, so
+// that no two claims show Held at once. Each write carries the
+// resourceVersion of the object the decision was computed from; the first
+// failure stops the rest, and the lock is decided again.
+func (r *LockReconciler) applyStatuses(ctx context.Context, lock arbiter.Lock, obs observation, d arbiter.Decision, now time.Time) error {
+	byName := make(map[string]*buildlockv1.BuildLock, len(obs.claims))
+	for i := range obs.claims {
+		byName[obs.claims[i].Name] = &obs.claims[i]
+	}
+	for _, v := range d.Verdicts {
+		bl, found := byName[v.Name]
+		if !found {
+			continue
+		}
+		if v.Warning != "" {
+			r.Recorder.Eventf(bl, nil, "Warning", "MaxHoldApproaching", "Hold", v.Warning)
+		}
+		status, changed := desiredStatus(bl, v, d, now)
+		if !changed {
+			continue
+		}
+		updated := bl.DeepCopy()
+		updated.Status = status
+		if err := r.Client.Status().Update(ctx, updated); err != nil {
+			return fmt.Errorf("writing status of BuildLock %s/%s (%s): %w", bl.Namespace, bl.Name, v.Phase, err)
+		}
+		logf.FromContext(ctx).Info("Updated claim", "buildLock", bl.Name, "from", v.From, "phase", v.Phase, "reason", v.Reason, "fencingToken", status.FencingToken)
+		if v.From != v.Phase {
+			r.Recorder.Eventf(bl, nil, eventType(v.Phase), eventReason(v.Phase), string(v.Phase), v.Message)
+			r.Metrics.observeTransition(bl, v, d, now)
+		}
+	}
+	return nil
+}
+
+// deleteFinished deletes terminal claims older than FinishedTTL (each delete
+// conditional on the object being unchanged) and returns when the next one is
+// due, or zero.
+func (r *LockReconciler) deleteFinished(ctx context.Context, claims []buildlockv1.BuildLock, now time.Time) (time.Time, error) {
+	if r.FinishedTTL <= 0 {
+		return time.Time{}, nil
+	}
+	var next time.Time
+	for i := range claims {
+		bl := &claims[i]
+		if !bl.Status.Phase.IsTerminal() || bl.Status.FinishedAt == nil || bl.DeletionTimestamp != nil {
+			continue
+		}
+		due := bl.Status.FinishedAt.Add(r.FinishedTTL)
+		if now.Before(due) {
+			next = earliest(next, due)
+			continue
+		}
+		err := r.Client.Delete(ctx, bl, client.Preconditions{UID: &bl.UID, ResourceVersion: &bl.ResourceVersion})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return next, fmt.Errorf("deleting finished BuildLock %s/%s: %w", bl.Namespace, bl.Name, err)
+		}
+		logf.FromContext(ctx).Info("Deleted finished claim", "buildLock", bl.Name, "phase", bl.Status.Phase, "finishedTTL", r.FinishedTTL)
+	}
+	return next, nil
+}
+
+// retryOnRace turns a lost race (Conflict, including a delete precondition
+// that no longer holds, or AlreadyExists) into a quick re-decision; other errors go back to the
+// workqueue's backoff.
+func (r *LockReconciler) retryOnRace(ctx context.Context, err error) (ctrl.Result, error) {
+	if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
+		logf.FromContext(ctx).V(1).Info("Lost a write race; deciding again", "error", err.Error())
+		return ctrl.Result{RequeueAfter: conflictRetryDelay}, nil
+	}
+	return ctrl.Result{}, err
+}
+
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
+}
+
+// untilEarliest is how long from now until the earliest non-zero instant, or
+// zero (no requeue) when there is none.
+func untilEarliest(now time.Time, instants ...time.Time) time.Duration {
+	var at time.Time
+	for _, t := range instants {
+		at = earliest(at, t)
+	}
+	if at.IsZero() {
+		return 0
+	}
+	if d := at.Sub(now); d > 0 {
+		return d
+	}
+	return time.Millisecond
+}
+
+func eventType(p arbiter.Phase) string {
+	if p == arbiter.Expired {
+		return "Warning"
+	}
+	return "Normal"
+}
+
+// eventReason names the transition for `kubectl get events`: Acquired,
+// Waiting, Superseded, Released or Expired.
+func eventReason(p arbiter.Phase) string {
+	if p == arbiter.Held {
+		return buildlockv1.ReasonAcquired
+	}
+	return string(p)
+}
