@@ -94,8 +94,8 @@ type PodReference struct {
 // +kubebuilder:validation:XValidation:rule="self.branch == oldSelf.branch",message="spec.branch is immutable: delete this BuildLock and create a new one"
 // +kubebuilder:validation:XValidation:rule="self.build == oldSelf.build",message="spec.build is immutable: delete this BuildLock and create a new one"
 // +kubebuilder:validation:XValidation:rule="has(self.podRef) == has(oldSelf.podRef) && (!has(self.podRef) || self.podRef == oldSelf.podRef)",message="spec.podRef is immutable: delete this BuildLock and create a new one"
-// +kubebuilder:validation:XValidation:rule="has(self.timestamp) == has(oldSelf.timestamp) && (!has(self.timestamp) || self.timestamp == oldSelf.timestamp)",message="spec.timestamp is immutable: delete this BuildLock and create a new one"
-// +kubebuilder:validation:XValidation:rule="has(self.expiresAfter) == has(oldSelf.expiresAfter) && (!has(self.expiresAfter) || self.expiresAfter == oldSelf.expiresAfter)",message="spec.expiresAfter is immutable: delete this BuildLock and create a new one"
+// +kubebuilder:validation:XValidation:rule="has(self.timestamp) == has(oldSelf.timestamp) && (!has(self.timestamp) || timestamp(self.timestamp) == timestamp(oldSelf.timestamp))",message="spec.timestamp is immutable: delete this BuildLock and create a new one"
+// +kubebuilder:validation:XValidation:rule="has(self.expiresAfter) == has(oldSelf.expiresAfter) && (!has(self.expiresAfter) || duration(self.expiresAfter) == duration(oldSelf.expiresAfter))",message="spec.expiresAfter is immutable: delete this BuildLock and create a new one"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.renewTime) || (has(self.renewTime) && timestamp(self.renewTime) >= timestamp(oldSelf.renewTime))",message="spec.renewTime may only move forward: set it to the current time, never earlier than its last value, and never remove it"
 type BuildLockSpec struct {
 	// Target is the namespace the build deploys into. Claims in the same

@@ -60,7 +60,7 @@ type LockReconciler struct {
 // Reconcile decides one lock and applies the decision.
 func (r *LockReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	lock := arbiter.Lock{Namespace: req.Namespace, Target: req.Name}
-	log := logf.FromContext(ctx).WithValues("namespace", lock.Namespace, "target", lock.Target)
+	log := logf.FromContext(ctx).WithValues("target", lock.Target)
 	ctx = logf.IntoContext(ctx, log)
 	// The API stores times in microseconds; deciding on the same precision
 	// keeps a decision's fixed point across a round trip.

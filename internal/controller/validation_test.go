@@ -1,4 +1,4 @@
-package controller
+package controller_test
 
 import (
 	"strings"
@@ -147,6 +147,7 @@ var _ = Describe("Validation", Label("validation"), func() {
 	DescribeTable("rejects a malformed BuildLock on create",
 		func(m mutation, wants ...string) {
 			_, err := create(m)
+			GinkgoWriter.Printf("Rejected: %v\n", err)
 			Expect(err).To(beInvalid(wants...))
 		},
 
@@ -214,6 +215,7 @@ var _ = Describe("Validation", Label("validation"), func() {
 		Entry("with expiresAfter -1m", set("spec.expiresAfter", "-1m"), "spec.expiresAfter", "should match"),
 		Entry("with expiresAfter without unit", set("spec.expiresAfter", "3600"), "spec.expiresAfter", "should match"),
 		Entry("with an empty expiresAfter", set("spec.expiresAfter", ""), "spec.expiresAfter"),
+		Entry("with an expiresAfter that overflows", set("spec.expiresAfter", "9999999999h"), "spec.expiresAfter"),
 
 		// Timestamps.
 		Entry("with a timestamp that is not a time", set("spec.timestamp", "yesterday"),
@@ -229,7 +231,7 @@ var _ = Describe("Validation", Label("validation"), func() {
 		}), "metadata.annotations", "Too long", "262144"),
 		Entry("with a label value of 64 characters", set("metadata.labels", map[string]any{
 			"buildlock.io/note": strings.Repeat("x", 64),
-		}), "metadata.labels", "must be no more than 63 characters"),
+		}), "metadata.labels", "Invalid value", "no more than 63"),
 		Entry("with an invalid label key", set("metadata.labels", map[string]any{"bad key": "x"}),
 			"metadata.labels", "name part must consist of"),
 	)
@@ -253,7 +255,9 @@ var _ = Describe("Validation", Label("validation"), func() {
 			createValid(initial)
 			u := get()
 			change(u)
-			Expect(k8sClient.Update(ctx, u)).To(beInvalid(wants...))
+			err := k8sClient.Update(ctx, u)
+			GinkgoWriter.Printf("Rejected: %v\n", err)
+			Expect(err).To(beInvalid(wants...))
 		},
 
 		Entry("changing target", withPod, set("spec.target", "production"), msgImmutable("target")),
@@ -275,6 +279,8 @@ var _ = Describe("Validation", Label("validation"), func() {
 			msgImmutable("timestamp")),
 		Entry("changing expiresAfter", set("spec.expiresAfter", "30m"), set("spec.expiresAfter", "2h"),
 			msgImmutable("expiresAfter")),
+		Entry("removing expiresAfter, which defaults it to 1h again", set("spec.expiresAfter", "30m"),
+			unset("spec.expiresAfter"), msgImmutable("expiresAfter")),
 		Entry("changing defaulted expiresAfter", unset("spec.expiresAfter"), set("spec.expiresAfter", "2h"),
 			msgImmutable("expiresAfter")),
 		Entry("moving renewTime backwards", set("spec.renewTime", renewedAt),

@@ -1,0 +1,272 @@
+package controller_test
+
+import (
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
+	"github.com/buildlock/buildlock/internal/testenv"
+)
+
+var _ = Describe("The lock controller", Ordered, func() {
+	var (
+		mgr    *testenv.Manager
+		writes *writeCounter
+		clock  *offsetClock
+		ns     string
+	)
+
+	BeforeAll(func() {
+		writes = newWriteCounter()
+		clock = &offsetClock{}
+		var err error
+		mgr, err = testenv.StartManager(ctx, cfg, testenv.ManagerOptions{Interceptor: writes.funcs(), Clock: clock})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() { Expect(mgr.Stop()).To(Succeed()) })
+	})
+	BeforeEach(func() { ns = newNamespace() })
+
+	It("grants a free lock at once, with fencing token 1", func() {
+		bl := createClaim(ns, "shop-41", claimOpts{repo: "acme/shop", build: 41, pod: "shop-41"})
+		got := expectPhase(ns, "shop-41", buildlockv1.PhaseHeld)
+		Expect(got.Status.FencingToken).To(Equal(int64(1)))
+		Expect(got.Status.Holder).To(Equal("shop-41"))
+		Expect(got.Status.AcquiredAt).NotTo(BeNil())
+		Expect(got.Status.ObservedGeneration).To(Equal(got.Generation))
+		Expect(got.Status.Conditions).To(ContainElement(And(
+			HaveField("Type", buildlockv1.ConditionAcquired),
+			HaveField("Status", metav1.ConditionTrue),
+			HaveField("Reason", buildlockv1.ReasonAcquired))))
+		expectGrant(ns, "staging", bl, 1)
+		Eventually(func(g Gomega) []string { return eventReasons(g, ns, "shop-41") }).Should(ContainElement("Acquired"))
+	})
+
+	It("puts another repo's build in the waiting slot, then supersedes it with a newer build of its line", func() {
+		createClaim(ns, "shop-41", claimOpts{repo: "acme/shop", build: 41, pod: "shop-41"})
+		expectPhase(ns, "shop-41", buildlockv1.PhaseHeld)
+
+		createClaim(ns, "web-7", claimOpts{repo: "acme/web", build: 7, pod: "web-7"})
+		waiting := expectPhase(ns, "web-7", buildlockv1.PhaseWaiting)
+		Expect(waiting.Status.Holder).To(Equal("shop-41"))
+		Expect(waiting.Status.Reason).To(Equal(buildlockv1.ReasonWaitingForHolder))
+		Expect(waiting.Status.Conditions).To(ContainElement(And(
+			HaveField("Type", buildlockv1.ConditionAcquired), HaveField("Status", metav1.ConditionFalse))))
+
+		createClaim(ns, "web-8", claimOpts{repo: "acme/web", build: 8, pod: "web-8"})
+		old := expectPhase(ns, "web-7", buildlockv1.PhaseSuperseded)
+		Expect(old.Status.SupersededBy).To(Equal("web-8"))
+		Expect(old.Status.Reason).To(Equal(buildlockv1.ReasonSupersededByNewerBuild))
+		Expect(old.Status.Message).To(ContainSubstring("8"))
+		Expect(old.Status.FinishedAt).NotTo(BeNil())
+		expectPhase(ns, "web-8", buildlockv1.PhaseWaiting)
+		Eventually(func(g Gomega) []string { return eventReasons(g, ns, "web-7") }).Should(ContainElements("Waiting", "Superseded"))
+		Expect(expectPhase(ns, "shop-41", buildlockv1.PhaseHeld).Status.Waiting).To(Equal("web-8"))
+	})
+
+	It("supersedes an older build of the holder's line at once, and never pre-empts the holder", func() {
+		createClaim(ns, "shop-42", claimOpts{repo: "acme/shop", build: 42, pod: "shop-42"})
+		expectPhase(ns, "shop-42", buildlockv1.PhaseHeld)
+		createClaim(ns, "shop-40", claimOpts{repo: "acme/shop", build: 40, pod: "shop-40"})
+		Expect(expectPhase(ns, "shop-40", buildlockv1.PhaseSuperseded).Status.SupersededBy).To(Equal("shop-42"))
+		createClaim(ns, "shop-43", claimOpts{repo: "acme/shop", build: 43, pod: "shop-43"})
+		expectPhase(ns, "shop-43", buildlockv1.PhaseWaiting)
+		Consistently(func(g Gomega) buildlockv1.Phase { return getClaim(g, ns, "shop-42").Status.Phase }, "2s").Should(Equal(buildlockv1.PhaseHeld))
+	})
+
+	It("hands the lock to the waiter with the next token when the holder is deleted", func() {
+		holder := createClaim(ns, "shop-41", claimOpts{repo: "acme/shop", build: 41, pod: "shop-41"})
+		expectPhase(ns, "shop-41", buildlockv1.PhaseHeld)
+		waiter := createClaim(ns, "web-7", claimOpts{repo: "acme/web", build: 7, pod: "web-7"})
+		expectPhase(ns, "web-7", buildlockv1.PhaseWaiting)
+
+		Expect(k8sClient.Delete(ctx, holder)).To(Succeed())
+		got := expectPhase(ns, "web-7", buildlockv1.PhaseHeld)
+		Expect(got.Status.FencingToken).To(Equal(int64(2)))
+		expectGrant(ns, "staging", waiter, 2)
+	})
+
+	DescribeTable("hands the lock over when the holder's pod ends",
+		func(end func(ns, pod string), reason string) {
+			createClaim(ns, "shop-41", claimOpts{repo: "acme/shop", build: 41, pod: "shop-41"})
+			expectPhase(ns, "shop-41", buildlockv1.PhaseHeld)
+			createClaim(ns, "web-7", claimOpts{repo: "acme/web", build: 7, pod: "web-7"})
+			expectPhase(ns, "web-7", buildlockv1.PhaseWaiting)
+
+			end(ns, "shop-41")
+			Expect(expectPhase(ns, "web-7", buildlockv1.PhaseHeld).Status.FencingToken).To(Equal(int64(2)))
+			old := expectPhase(ns, "shop-41", buildlockv1.PhaseReleased)
+			Expect(old.Status.Reason).To(Equal(reason))
+			Expect(old.Status.Conditions).To(ContainElement(And(
+				HaveField("Type", buildlockv1.ConditionAcquired), HaveField("Status", metav1.ConditionFalse))))
+			Eventually(func(g Gomega) []string { return eventReasons(g, ns, "shop-41") }).Should(ContainElement("Released"))
+		},
+		Entry("Succeeded", func(ns, pod string) { setPodPhase(ns, pod, corev1.PodSucceeded) }, buildlockv1.ReasonPodFinished),
+		Entry("Failed", func(ns, pod string) { setPodPhase(ns, pod, corev1.PodFailed) }, buildlockv1.ReasonPodFinished),
+		Entry("deleted", func(ns, pod string) {
+			Expect(k8sClient.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pod}}, client.GracePeriodSeconds(0))).To(Succeed())
+		}, buildlockv1.ReasonPodGone),
+	)
+
+	It("releases a waiter whose pod is deleted and frees the slot", func() {
+		createClaim(ns, "shop-41", claimOpts{repo: "acme/shop", build: 41, pod: "shop-41"})
+		expectPhase(ns, "shop-41", buildlockv1.PhaseHeld)
+		createClaim(ns, "web-7", claimOpts{repo: "acme/web", build: 7, pod: "web-7"})
+		expectPhase(ns, "web-7", buildlockv1.PhaseWaiting)
+
+		Expect(k8sClient.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web-7"}}, client.GracePeriodSeconds(0))).To(Succeed())
+		Expect(expectPhase(ns, "web-7", buildlockv1.PhaseReleased).Status.Reason).To(Equal(buildlockv1.ReasonPodGone))
+		Eventually(func(g Gomega) string { return getClaim(g, ns, "shop-41").Status.Waiting }).Should(BeEmpty())
+
+		// The freed slot goes to the next claim, even an older one.
+		createClaim(ns, "api-3", claimOpts{repo: "acme/api", build: 3, pod: "api-3", timestamp: time.Now().Add(-time.Hour)})
+		expectPhase(ns, "api-3", buildlockv1.PhaseWaiting)
+	})
+
+	It("releases a claim whose pod never existed, with a message that says so", func() {
+		bl := newClaim(ns, "ghost-1", claimOpts{repo: "acme/ghost", build: 1})
+		bl.Spec.PodRef = &buildlockv1.PodReference{Name: "no-such-pod"}
+		Expect(k8sClient.Create(ctx, bl)).To(Succeed())
+		got := expectPhase(ns, "ghost-1", buildlockv1.PhaseReleased)
+		Expect(got.Status.Reason).To(Equal(buildlockv1.ReasonPodGone))
+		Expect(got.Status.Message).To(ContainSubstring("gone"))
+	})
+
+	It("expires a pod-less holder that is not renewed and hands the lock over", func() {
+		createClaim(ns, "nopod-1", claimOpts{repo: "acme/cli", build: 1, expiresAfter: 10 * time.Second})
+		held := expectPhase(ns, "nopod-1", buildlockv1.PhaseHeld)
+		Expect(held.Status.ExpiresAt).NotTo(BeNil())
+		Expect(held.Status.ExpiresAt.Sub(held.Status.AcquiredAt.Time)).To(Equal(10 * time.Second))
+		createClaim(ns, "web-7", claimOpts{repo: "acme/web", build: 7, pod: "web-7"})
+		expectPhase(ns, "web-7", buildlockv1.PhaseWaiting)
+
+		// Renewing moves the expiry forward.
+		Eventually(func() error {
+			bl := getClaim(Default, ns, "nopod-1")
+			bl.Spec.RenewTime = &metav1.MicroTime{Time: clock.Now()}
+			return k8sClient.Update(ctx, bl)
+		}).Should(Succeed())
+		Eventually(func(g Gomega) bool {
+			bl := getClaim(g, ns, "nopod-1")
+			return bl.Status.ExpiresAt.After(held.Status.ExpiresAt.Time)
+		}).Should(BeTrue())
+
+		clock.advance(11 * time.Second)
+		poke(ns, "nopod-1")
+		Expect(expectPhase(ns, "nopod-1", buildlockv1.PhaseExpired).Status.Reason).To(Equal(buildlockv1.ReasonExpired))
+		Expect(expectPhase(ns, "web-7", buildlockv1.PhaseHeld).Status.FencingToken).To(Equal(int64(2)))
+	})
+
+	It("changes nothing when the same manifest is applied again, and writes nothing at steady state", func() {
+		createClaim(ns, "shop-41", claimOpts{repo: "acme/shop", build: 41, pod: "shop-41"})
+		createClaim(ns, "web-7", claimOpts{repo: "acme/web", build: 7, pod: "web-7"})
+		expectPhase(ns, "shop-41", buildlockv1.PhaseHeld)
+		expectPhase(ns, "web-7", buildlockv1.PhaseWaiting)
+		Eventually(func(g Gomega) string { return getClaim(g, ns, "shop-41").Status.Waiting }).Should(Equal("web-7"))
+
+		before := writes.total()
+		again := newClaim(ns, "shop-41", claimOpts{repo: "acme/shop", build: 41, pod: "shop-41"})
+		again.SetGroupVersionKind(buildlockv1.GroupVersion.WithKind("BuildLock"))
+		//nolint:staticcheck // client.Apply is what `kubectl apply --server-side` does.
+		Expect(k8sClient.Patch(ctx, again, client.Apply, client.FieldOwner("pipeline"), client.ForceOwnership)).To(Succeed())
+		poke(ns, "web-7")
+		Consistently(func(g Gomega) int { return writes.total() - before }, "3s").Should(BeZero())
+		Expect(getClaim(Default, ns, "shop-41").Status.FencingToken).To(Equal(int64(1)))
+	})
+
+	It("keeps two targets apart", func() {
+		createClaim(ns, "shop-staging", claimOpts{target: "staging", repo: "acme/shop", build: 1, pod: "p1"})
+		createClaim(ns, "shop-prod", claimOpts{target: "production", repo: "acme/shop", build: 1, pod: "p2"})
+		expectPhase(ns, "shop-staging", buildlockv1.PhaseHeld)
+		expectPhase(ns, "shop-prod", buildlockv1.PhaseHeld)
+		Expect(getClaim(Default, ns, "shop-prod").Status.FencingToken).To(Equal(int64(1)))
+	})
+
+	It("re-decides when its grant write loses a race with the Lease changed behind its back", func() {
+		holder := createClaim(ns, "shop-41", claimOpts{repo: "acme/shop", build: 41, pod: "shop-41"})
+		expectPhase(ns, "shop-41", buildlockv1.PhaseHeld)
+		waiter := createClaim(ns, "web-7", claimOpts{repo: "acme/web", build: 7, pod: "web-7"})
+		expectPhase(ns, "web-7", buildlockv1.PhaseWaiting)
+
+		// Someone else advances the token: the next grant must be above it.
+		Eventually(func() error {
+			lease := getLease(Default, ns, "staging")
+			lease.Spec.LeaseTransitions = ptr.To(int32(10))
+			return k8sClient.Update(ctx, lease)
+		}).Should(Succeed())
+		// And the manager's next three writes fail with conflicts.
+		writes.conflicts.Store(3)
+		Expect(k8sClient.Delete(ctx, holder)).To(Succeed())
+		Expect(expectPhase(ns, "web-7", buildlockv1.PhaseHeld).Status.FencingToken).To(Equal(int64(11)))
+		expectGrant(ns, "staging", waiter, 11)
+		Expect(writes.get("injected-conflict")).To(Equal(3))
+	})
+})
+
+var _ = Describe("A restarted manager", func() {
+	It("keeps the holders it finds and never grants twice", func() {
+		ns := newNamespace()
+		first, err := testenv.StartManager(ctx, cfg, testenv.ManagerOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		holder := createClaim(ns, "shop-41", claimOpts{repo: "acme/shop", build: 41, pod: "shop-41"})
+		expectPhase(ns, "shop-41", buildlockv1.PhaseHeld)
+		Expect(first.Stop()).To(Succeed())
+
+		// While no manager runs, a waiter arrives and the holder finishes.
+		createClaim(ns, "web-7", claimOpts{repo: "acme/web", build: 7, pod: "web-7"})
+		setPodPhase(ns, "shop-41", corev1.PodSucceeded)
+
+		second, err := testenv.StartManager(ctx, cfg, testenv.ManagerOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() { Expect(second.Stop()).To(Succeed()) })
+		Expect(expectPhase(ns, "web-7", buildlockv1.PhaseHeld).Status.FencingToken).To(Equal(int64(2)))
+		expectPhase(ns, "shop-41", buildlockv1.PhaseReleased)
+		Consistently(func(g Gomega) []string { return heldClaims(g, ns, "staging") }, "2s").Should(ConsistOf("web-7"))
+		_ = holder
+	})
+
+	It("never shows two holders while two managers decide at once", func() {
+		ns := newNamespace()
+		a, err := testenv.StartManager(ctx, cfg, testenv.ManagerOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() { Expect(a.Stop()).To(Succeed()) })
+		b, err := testenv.StartManager(ctx, cfg, testenv.ManagerOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() { Expect(b.Stop()).To(Succeed()) })
+
+		var last int64
+		for i := int64(1); i <= 6; i++ {
+			name := "shop-" + string(rune('a'+i))
+			createClaim(ns, name, claimOpts{repo: "acme/shop", build: i, pod: name})
+			got := expectPhase(ns, name, buildlockv1.PhaseHeld)
+			Expect(got.Status.FencingToken).To(BeNumerically(">", last))
+			last = got.Status.FencingToken
+			Expect(heldClaims(Default, ns, "staging")).To(ConsistOf(name))
+			setPodPhase(ns, name, corev1.PodSucceeded)
+		}
+	})
+})
+
+var _ = Describe("RBAC for pipelines", func() {
+	It("refuses a status write from a pipeline's identity", func() {
+		ns := newNamespace()
+		role := &rbacRole{ns: ns}
+		user := role.pipelineUser()
+		bl := newClaim(ns, "shop-1", claimOpts{repo: "acme/shop", build: 1})
+		Expect(user.Create(ctx, bl)).To(Succeed())
+		bl.Status.Phase = buildlockv1.PhaseHeld
+		bl.Status.FencingToken = 99
+		err := user.Status().Update(ctx, bl)
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "got %v", err)
+		lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "buildlock-staging"}}
+		Expect(apierrors.IsForbidden(user.Create(ctx, lease))).To(BeTrue())
+	})
+})
