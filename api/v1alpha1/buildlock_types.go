@@ -23,7 +23,7 @@ const (
 	// stop without deploying. Terminal.
 	PhaseSuperseded Phase = "Superseded"
 	// PhaseReleased: the claim ended because its pod finished or disappeared,
-	// or the hold was released by an operator. Terminal.
+	// or a person force-released it. Terminal.
 	PhaseReleased Phase = "Released"
 	// PhaseExpired: a pod-less holder was not renewed within expiresAfter, or
 	// a pod-backed holder exceeded the operator's --max-hold. Terminal.
@@ -67,7 +67,15 @@ const (
 	ReasonExpired = "Expired"
 	// ReasonMaxHoldExceeded: a pod-backed holder held longer than --max-hold.
 	ReasonMaxHoldExceeded = "MaxHoldExceeded"
+	// ReasonForceReleased: a person ended the claim with the
+	// ForceReleaseAnnotation (`kubectl buildlock force-release`).
+	ReasonForceReleased = "ForceReleased"
 )
+
+// ForceReleaseAnnotation, set on a BuildLock to "who: why", ends its hold (or
+// its wait): the operator marks it Released with reason ForceReleased and
+// hands the lock on. The annotation stays as the record of who did it.
+const ForceReleaseAnnotation = "buildlock.io/force-release"
 
 // PodReference names the pipeline pod that runs the build, in the claim's
 // namespace. While it is Pending, Running or Unknown the build is alive.

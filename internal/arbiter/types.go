@@ -91,6 +91,10 @@ type Claim struct {
 	RenewTime    time.Time
 	// Pod is what is known of the claim's pod.
 	Pod PodState
+	// ForceRelease, when not empty, is why a person asked to end this claim
+	// (the BuildLock's buildlock.io/force-release annotation: "who: why"). A
+	// holder or a waiter with it is Released, reason ForceReleased.
+	ForceRelease string
 }
 
 // Grant is the lock's grant record (the Lease): who holds it, since when,
@@ -118,10 +122,16 @@ type Verdict struct {
 	From  Phase
 	Phase Phase
 	// Reason and Message explain Phase (API reasons, e.g. "WaitingForHolder").
+	// An empty Reason means the claim is terminal and unchanged: keep the
+	// stored reason and message.
 	Reason  string
 	Message string
 	// SupersededBy names the claim that made this one obsolete.
 	SupersededBy string
+	// FencingToken is the token of the hold (Decision.Grant.Token) on a Held
+	// verdict, and zero on any other: a claim that stops holding keeps the
+	// token it held.
+	FencingToken int64
 	// ExpiresAt is when a pod-less hold ends unless renewed (Held only).
 	ExpiresAt time.Time
 	// Warning, when set, is a message to surface once: a pod-backed hold past
@@ -141,8 +151,8 @@ type Decision struct {
 	Grant        Grant
 	GrantChanged bool
 	// Verdicts hold one entry per input claim, ordered for writing: claims
-	// that stop holding first, then the rest by name, and a newly granted
-	// holder last.
+	// that stop holding first, then the rest by name, and the claim that
+	// becomes Held (a newly granted holder) last.
 	Verdicts []Verdict
 	// NextLook is the earliest future instant at which time alone changes the
 	// decision (an expiry, or a max-hold threshold); zero if none.

@@ -1,6 +1,7 @@
 package controller_test
 
 import (
+	"fmt"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -10,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -115,6 +117,21 @@ var _ = Describe("The lock controller", Ordered, func() {
 			Expect(k8sClient.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pod}}, client.GracePeriodSeconds(0))).To(Succeed())
 		}, buildlockv1.ReasonPodGone),
 	)
+
+	It("ends a force-released hold and hands the lock on, keeping who and why", func() {
+		createClaim(ns, "shop-41", claimOpts{repo: "acme/shop", build: 41, pod: "shop-41"})
+		expectPhase(ns, "shop-41", buildlockv1.PhaseHeld)
+		createClaim(ns, "web-7", claimOpts{repo: "acme/web", build: 7, pod: "web-7"})
+		expectPhase(ns, "web-7", buildlockv1.PhaseWaiting)
+
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"alice: deploy is stuck"}}}`, buildlockv1.ForceReleaseAnnotation)
+		Expect(k8sClient.Patch(ctx, &buildlockv1.BuildLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "shop-41"}},
+			client.RawPatch(types.MergePatchType, []byte(patch)))).To(Succeed())
+		old := expectPhase(ns, "shop-41", buildlockv1.PhaseReleased)
+		Expect(old.Status.Reason).To(Equal(buildlockv1.ReasonForceReleased))
+		Expect(old.Status.Message).To(ContainSubstring("alice: deploy is stuck"))
+		Expect(expectPhase(ns, "web-7", buildlockv1.PhaseHeld).Status.FencingToken).To(Equal(int64(2)))
+	})
 
 	It("releases a waiter whose pod is deleted and frees the slot", func() {
 		createClaim(ns, "shop-41", claimOpts{repo: "acme/shop", build: 41, pod: "shop-41"})

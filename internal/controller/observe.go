@@ -117,6 +117,7 @@ func toArbiterClaim(bl *buildlockv1.BuildLock, pods map[string]arbiter.PodState)
 		FencingToken: bl.Status.FencingToken,
 		Pod:          arbiter.NoPod,
 		ExpiresAfter: time.Hour,
+		ForceRelease: bl.Annotations[buildlockv1.ForceReleaseAnnotation],
 	}
 	if bl.Spec.Timestamp != nil {
 		c.OrderTime = bl.Spec.Timestamp.Time

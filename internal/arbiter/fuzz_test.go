@@ -1,0 +1,17 @@
+package arbiter
+
+import "testing"
+
+// FuzzDecide decodes an input from the fuzzer's bytes (see genInput: one
+// byte per choice) and checks every invariant of the package's rules. The
+// seed corpus in testdata/fuzz/FuzzDecide holds the hand-offs, expiries and
+// lost grants worth starting from.
+func FuzzDecide(f *testing.F) {
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		in := genInput(&byteChooser{data: data})
+		if err := checkInvariants(in, in.decide()); err != nil {
+			t.Fatalf("%v\n%s", err, describeInput(in))
+		}
+	})
+}

@@ -1,0 +1,388 @@
+package arbiter
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+)
+
+// t0 is the tests' epoch; at(m) is m minutes after it.
+var t0 = time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
+
+func at(minute int) time.Time { return t0.Add(time.Duration(minute) * time.Minute) }
+
+var staging = Lock{Namespace: "ci", Target: "staging"}
+
+// claim is a Pending claim on build n of lineSpec ("acme/shop@main") with a
+// live pod, ordered and created at minute.
+func claim(name, lineSpec string, n int64, minute int) Claim {
+	repo, branch, _ := strings.Cut(lineSpec, "@")
+	return Claim{
+		Name: name, UID: "uid-" + name,
+		Repo: repo, Branch: branch, Build: n,
+		OrderTime: at(minute), Created: at(minute),
+		Phase: Pending, Pod: PodAlive,
+	}
+}
+
+func held(c Claim, token int64) Claim { c.Phase, c.FencingToken = Held, token; return c }
+func waiting(c Claim) Claim           { c.Phase = Waiting; return c }
+func inPhase(c Claim, p Phase) Claim  { c.Phase = p; return c }
+func withPod(c Claim, s PodState) Claim {
+	c.Pod = s
+	return c
+}
+func forceReleased(c Claim) Claim {
+	c.ForceRelease = "alice: stuck deploy"
+	return c
+}
+func created(c Claim, minute int) Claim { c.Created = at(minute); return c }
+func podless(c Claim, expiresAfter time.Duration) Claim {
+	c.Pod, c.ExpiresAfter = NoPod, expiresAfter
+	return c
+}
+
+// grantTo is the grant record of c's hold with token, acquired at minute.
+func grantTo(c Claim, token int64, minute int) Grant {
+	return Grant{Holder: c.Name, HolderUID: c.UID, Token: token, AcquiredAt: at(minute)}
+}
+
+// short prints a verdict for table comparisons: "Superseded DuplicateBuild
+// by=shop-42", or "Released (unchanged)" for a terminal claim.
+func short(v Verdict) string {
+	switch {
+	case v.Reason == "":
+		return string(v.Phase) + " (unchanged)"
+	case v.SupersededBy != "":
+		return fmt.Sprintf("%s %s by=%s", v.Phase, v.Reason, v.SupersededBy)
+	}
+	return fmt.Sprintf("%s %s", v.Phase, v.Reason)
+}
+
+// verdictOf returns the verdict for the claim named name.
+func verdictOf(d Decision, name string) Verdict {
+	for _, v := range d.Verdicts {
+		if v.Name == name {
+			return v
+		}
+	}
+	return Verdict{}
+}
+
+// input is one call of Decide.
+type input struct {
+	claims []Claim
+	grant  Grant
+	now    time.Time
+	policy Policy
+}
+
+func (in input) decide() Decision { return Decide(staging, in.claims, in.grant, in.now, in.policy) }
+
+// chooser feeds the input generator: random numbers for property tests, the
+// fuzzer's bytes for FuzzDecide.
+type chooser interface {
+	// intn returns a number in [0, n).
+	intn(n int) int
+}
+
+type randomChooser struct{ r *rand.Rand }
+
+func (c randomChooser) intn(n int) int { return c.r.IntN(n) }
+
+func seeded(seed uint64) randomChooser {
+	return randomChooser{rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+}
+
+// byteChooser reads one byte per choice, and chooses 0 once they run out.
+type byteChooser struct{ data []byte }
+
+func (c *byteChooser) intn(n int) int {
+	if len(c.data) == 0 {
+		return 0
+	}
+	v := int(c.data[0]) % n
+	c.data = c.data[1:]
+	return v
+}
+
+// The generator draws from small sets so that ties, duplicates and
+// boundaries (expiry exactly now) are frequent.
+var (
+	genLines     = []string{"acme/shop@main", "acme/shop@dev", "acme/web@main"}
+	genPhases    = []Phase{"", Pending, Waiting, Held, Superseded, Released, Expired}
+	genPods      = []PodState{NoPod, PodAlive, PodFinished, PodGone, PodUnknown}
+	genExpiries  = []time.Duration{0, 10 * time.Second, 5 * time.Minute, time.Hour}
+	genMaxHolds  = []time.Duration{0, 30 * time.Minute, 2 * time.Hour}
+	genMaxClaims = 16
+)
+
+// genInput builds an arbitrary (often inconsistent) input for one lock:
+// claims in any phase, a grant that names one of them, a missing claim, a
+// claim with another UID, or nobody.
+func genInput(ch chooser) input {
+	in := input{now: at(ch.intn(121)), policy: Policy{MaxHold: genMaxHolds[ch.intn(len(genMaxHolds))]}}
+	n := ch.intn(genMaxClaims + 1)
+	for k := range n {
+		c := claim(fmt.Sprintf("c%02d", k), genLines[ch.intn(len(genLines))], int64(1+ch.intn(6)), ch.intn(11))
+		c.Created = at(ch.intn(11))
+		c.Phase = genPhases[ch.intn(len(genPhases))]
+		c.FencingToken = int64(ch.intn(10))
+		c.Pod = genPods[ch.intn(len(genPods))]
+		c.ExpiresAfter = genExpiries[ch.intn(len(genExpiries))]
+		if ch.intn(2) == 1 {
+			c.RenewTime = at(ch.intn(121))
+		}
+		if ch.intn(8) == 0 {
+			c.ForceRelease = "alice: stuck deploy"
+		}
+		in.claims = append(in.claims, c)
+	}
+	in.grant = Grant{Token: int64(ch.intn(10)), AcquiredAt: at(ch.intn(121))}
+	switch k := ch.intn(n + 3); {
+	case k < n:
+		in.grant.Holder, in.grant.HolderUID = in.claims[k].Name, in.claims[k].UID
+	case k == n:
+		in.grant.AcquiredAt = time.Time{} // free
+	case k == n+1:
+		in.grant.Holder, in.grant.HolderUID = "deleted", "uid-deleted"
+	case n > 0:
+		in.grant.Holder, in.grant.HolderUID = in.claims[0].Name, "uid-of-an-older-object"
+	}
+	return in
+}
+
+// validReasons lists, per resulting phase, the reasons a changed claim may
+// give.
+var validReasons = map[Phase][]string{
+	Held:       {ReasonAcquired},
+	Waiting:    {ReasonWaitingForHolder},
+	Superseded: {ReasonSupersededByNewerBuild, ReasonDuplicateBuild},
+	Released:   {ReasonPodFinished, ReasonPodGone, ReasonLockLost, ReasonForceReleased},
+	Expired:    {ReasonExpired, ReasonMaxHoldExceeded},
+}
+
+// grantedClaim is the index of the non-terminal claim the grant names, or -1.
+func grantedClaim(claims []Claim, g Grant) int {
+	for i, c := range claims {
+		if g.Holder != "" && !c.Phase.IsTerminal() && c.Name == g.Holder && c.UID == g.HolderUID {
+			return i
+		}
+	}
+	return -1
+}
+
+// holdIsLive is rule 2 restated independently: does the granted claim keep
+// the lock at now?
+func holdIsLive(c Claim, g Grant, now time.Time, p Policy) bool {
+	if c.ForceRelease != "" {
+		return false
+	}
+	switch c.Pod {
+	case PodFinished, PodGone:
+		return false
+	case NoPod:
+		from := g.AcquiredAt
+		if c.RenewTime.After(from) {
+			from = c.RenewTime
+		}
+		expiresAfter := c.ExpiresAfter
+		if expiresAfter <= 0 {
+			expiresAfter = DefaultExpiresAfter
+		}
+		return now.Before(from.Add(expiresAfter))
+	}
+	return p.MaxHold <= 0 || now.Before(g.AcquiredAt.Add(p.MaxHold))
+}
+
+func normalized(p Phase) Phase {
+	if p == "" {
+		return Pending
+	}
+	return p
+}
+
+// checkInvariants returns what, if anything, d breaks of the package's rules
+// for input in. It checks every property that holds for any input, however
+// inconsistent: one holder, terminal is terminal, no pre-emption, tokens,
+// write order, permutation invariance and the fixed point.
+func checkInvariants(in input, d Decision) error {
+	var errs []error
+	fail := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+
+	if len(d.Verdicts) != len(in.claims) {
+		fail("%d verdicts for %d claims", len(d.Verdicts), len(in.claims))
+	}
+	byName := map[string]Verdict{}
+	for _, v := range d.Verdicts {
+		byName[v.Name] = v
+	}
+	granted := grantedClaim(in.claims, in.grant)
+	maxToken := in.grant.Token
+	var heldNames, waitingNames []string
+	for i, c := range in.claims {
+		maxToken = max(maxToken, c.FencingToken)
+		v, ok := byName[c.Name]
+		if !ok || v.UID != c.UID {
+			fail("%s: no verdict", c.Name)
+			continue
+		}
+		if v.From != normalized(c.Phase) {
+			fail("%s: From=%s for phase %q", c.Name, v.From, c.Phase)
+		}
+		if c.Phase.IsTerminal() {
+			// Rule 1: terminal is terminal.
+			if v.Phase != c.Phase || v.Reason != "" || v.Message != "" || v.SupersededBy != "" {
+				fail("%s: terminal claim changed: %s", c.Name, v)
+			}
+			continue
+		}
+		if !slices.Contains(validReasons[v.Phase], v.Reason) {
+			fail("%s: phase %s with reason %q", c.Name, v.Phase, v.Reason)
+		}
+		if v.Message == "" {
+			fail("%s: no message", c.Name)
+		}
+		if (v.Phase == Superseded) != (v.SupersededBy != "") {
+			fail("%s: SupersededBy %q on %s", c.Name, v.SupersededBy, v.Phase)
+		}
+		// Legal transitions (the grant's own claim may be Held in all but its
+		// status, so it may end as a holder from any phase).
+		if i != granted && v.From != Held && v.Phase == Expired {
+			fail("%s: %s -> Expired without holding", c.Name, v.From)
+		}
+		if v.From == Held && v.Phase != Held && v.Phase != Released && v.Phase != Expired {
+			fail("%s: Held -> %s", c.Name, v.Phase)
+		}
+		switch v.Phase {
+		case Held:
+			heldNames = append(heldNames, c.Name)
+			if v.FencingToken != d.Grant.Token {
+				fail("%s: held with token %d, grant has %d", c.Name, v.FencingToken, d.Grant.Token)
+			}
+		case Waiting:
+			waitingNames = append(waitingNames, c.Name)
+		}
+	}
+	// Rule "one holder": at most one Held and one Waiting, as named.
+	if len(heldNames) > 1 || len(waitingNames) > 1 {
+		fail("held %v, waiting %v", heldNames, waitingNames)
+	}
+	if want := strings.Join(heldNames, ""); d.Holder != want || d.Grant.Holder != want {
+		fail("Holder=%q Grant.Holder=%q, Held verdicts %v", d.Holder, d.Grant.Holder, heldNames)
+	}
+	if want := strings.Join(waitingNames, ""); d.Waiting != want {
+		fail("Waiting=%q, Waiting verdicts %v", d.Waiting, waitingNames)
+	}
+	// A free lock is granted at once: nobody waits or pends without a holder.
+	if d.Holder == "" {
+		for _, v := range d.Verdicts {
+			if !v.Phase.IsTerminal() {
+				fail("%s: %s on a free lock", v.Name, v.Phase)
+			}
+		}
+	}
+	// No pre-emption: a live holder stays, and so does its grant.
+	if granted >= 0 && holdIsLive(in.claims[granted], in.grant, in.now, in.policy) {
+		if d.Holder != in.claims[granted].Name || d.GrantChanged || d.Grant != in.grant {
+			fail("live holder %s pre-empted: %v", in.claims[granted].Name, d)
+		}
+	}
+	// Grant and tokens.
+	switch {
+	case !d.GrantChanged:
+		if d.Grant != in.grant {
+			fail("grant %s changed without GrantChanged (was %s)", d.Grant, in.grant)
+		}
+	case d.Holder != "":
+		if d.Grant.Token != maxToken+1 || !d.Grant.AcquiredAt.Equal(in.now) || d.Grant.Holder == in.grant.Holder && d.Grant.HolderUID == in.grant.HolderUID {
+			fail("new grant %s after %s (highest token %d)", d.Grant, in.grant, maxToken)
+		}
+	default:
+		if d.Grant != (Grant{Token: maxToken}) || in.grant.Holder == "" {
+			fail("freed grant %s after %s (highest token %d)", d.Grant, in.grant, maxToken)
+		}
+	}
+	if !d.NextLook.IsZero() && !d.NextLook.After(in.now) {
+		fail("NextLook %s not after now %s", d.NextLook, in.now)
+	}
+	// Write order: stop holding, others by name, newly Held last.
+	group := func(v Verdict) int {
+		isGranted := granted >= 0 && v.Name == in.claims[granted].Name
+		switch {
+		case v.Phase != Held && (v.From == Held || isGranted):
+			return 0
+		case v.Phase == Held && v.From != Held:
+			return 2
+		}
+		return 1
+	}
+	if !slices.IsSortedFunc(d.Verdicts, func(a, b Verdict) int {
+		if g := group(a) - group(b); g != 0 {
+			return g
+		}
+		return strings.Compare(a.Name, b.Name)
+	}) {
+		fail("verdicts out of writing order:\n%s", d)
+	}
+	// Only the holder and the waiting claim stay in the running, and every
+	// claim superseded now was superseded by a newer one (rules 5 and 6).
+	inputs := map[string]Claim{}
+	for _, c := range in.claims {
+		c.Phase = normalized(c.Phase)
+		inputs[c.Name] = c
+	}
+	for _, v := range d.Verdicts {
+		if !v.Phase.IsTerminal() && v.Name != d.Holder && v.Name != d.Waiting {
+			fail("%s: still %s", v.Name, v.Phase)
+		}
+		if v.Phase != Superseded || v.From.IsTerminal() {
+			continue
+		}
+		c, by := inputs[v.Name], inputs[v.SupersededBy]
+		switch {
+		case lineOf(c) == lineOf(by):
+			if by.Build < c.Build || (by.Build == c.Build) != (v.Reason == ReasonDuplicateBuild) {
+				fail("%s: build %d superseded by build %d (%s)", c.Name, c.Build, by.Build, v.Reason)
+			}
+		case by.Name != d.Waiting || !Newer(by, c) || v.Reason != ReasonSupersededByNewerBuild:
+			fail("%s: superseded by %s of another line, which is not the newer waiting claim", c.Name, by.Name)
+		}
+	}
+	if d.GrantChanged && d.Holder != "" && d.Waiting != "" && !Newer(inputs[d.Holder], inputs[d.Waiting]) {
+		fail("granted %s although %s is newer", d.Holder, d.Waiting)
+	}
+	// Permutation invariance.
+	for _, perm := range permutations(in.claims) {
+		if other := Decide(staging, perm, in.grant, in.now, in.policy); !reflect.DeepEqual(other, d) {
+			fail("order matters:\n%s\nversus\n%s", d, other)
+			break
+		}
+	}
+	// Fixed point.
+	again := Decide(staging, d.Apply(in.claims), d.Grant, in.now, in.policy)
+	if again.GrantChanged || again.Holder != d.Holder || again.Waiting != d.Waiting {
+		fail("not a fixed point:\n%s\nthen\n%s", d, again)
+	}
+	for _, v := range again.Verdicts {
+		if v.Phase != v.From {
+			fail("not a fixed point: %s", v)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// permutations returns a few reorderings of claims: reversed and rotated.
+func permutations(claims []Claim) [][]Claim {
+	if len(claims) < 2 {
+		return nil
+	}
+	reversed := slices.Clone(claims)
+	slices.Reverse(reversed)
+	rotated := append(slices.Clone(claims[1:]), claims[0])
+	return [][]Claim{reversed, rotated}
+}

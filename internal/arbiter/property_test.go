@@ -1,0 +1,209 @@
+package arbiter
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestPropertiesOfRandomClaimSets(t *testing.T) {
+	ch := seeded(1)
+	for k := range 5000 {
+		in := genInput(ch)
+		d := in.decide()
+		if err := checkInvariants(in, d); err != nil {
+			t.Fatalf("input %d: %v\n%s", k, err, describeInput(in))
+		}
+		// A random shuffle, beyond the reorderings checkInvariants tries.
+		shuffled := append([]Claim(nil), in.claims...)
+		ch.r.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+		if other := Decide(staging, shuffled, in.grant, in.now, in.policy); !reflect.DeepEqual(other, d) {
+			t.Fatalf("input %d: order matters:\n%s\nversus\n%s", k, d, other)
+		}
+	}
+}
+
+// world is one lock over time: its claims and grant as the controller would
+// read them after writing every decision.
+type world struct {
+	claims   []Claim
+	grant    Grant
+	now      time.Time
+	policy   Policy
+	arrivals int
+}
+
+// happen applies one random event to the world and says what it was.
+// Arrivals happen only while arriving is set; the grant record is lost (as
+// if the Lease were deleted) only while losingGrants is set.
+func (w *world) happen(ch chooser, arriving, losingGrants bool) string {
+	for {
+		switch ch.intn(11) {
+		case 0, 1, 2:
+			if arriving {
+				return w.arrive(ch)
+			}
+		case 3, 4:
+			if i, ok := w.pick(ch, func(c Claim) bool { return c.Pod == PodAlive || c.Pod == PodUnknown }); ok {
+				w.claims[i].Pod = []PodState{PodFinished, PodGone}[ch.intn(2)]
+				return fmt.Sprintf("the pod of %s is %s", w.claims[i].Name, w.claims[i].Pod)
+			}
+		case 5:
+			if i, ok := w.pick(ch, func(c Claim) bool { return c.Pod == PodAlive || c.Pod == PodUnknown }); ok {
+				w.claims[i].Pod = PodAlive + PodUnknown - w.claims[i].Pod
+				return fmt.Sprintf("the pod of %s is %s", w.claims[i].Name, w.claims[i].Pod)
+			}
+		case 6:
+			if i, ok := w.pick(ch, func(Claim) bool { return true }); ok {
+				name := w.claims[i].Name
+				w.claims = append(w.claims[:i], w.claims[i+1:]...)
+				return "deleted " + name
+			}
+		case 7, 8:
+			w.now = w.now.Add(time.Duration(1+ch.intn(40)) * time.Minute)
+			return "time passes to " + w.now.Format(time.TimeOnly)
+		case 9:
+			if i, ok := w.pick(ch, func(c Claim) bool { return c.Pod == NoPod }); ok {
+				w.claims[i].RenewTime = w.now
+				return "renewed " + w.claims[i].Name
+			}
+		case 10:
+			if losingGrants {
+				w.grant = Grant{}
+				return "the grant record is lost"
+			}
+		}
+	}
+}
+
+func (w *world) arrive(ch chooser) string {
+	c := claim(fmt.Sprintf("c%03d", w.arrivals), genLines[ch.intn(len(genLines))], int64(1+ch.intn(8)), 0)
+	w.arrivals++
+	// Clients' clocks and start times vary: ordering times lag creation.
+	c.OrderTime = w.now.Add(-time.Duration(ch.intn(10)) * time.Minute)
+	c.Created = w.now
+	if ch.intn(4) == 0 {
+		c.Pod, c.ExpiresAfter = NoPod, genExpiries[1+ch.intn(len(genExpiries)-1)]
+	}
+	w.claims = append(w.claims, c)
+	return fmt.Sprintf("%s arrives: build %d of %s/%s ordered at %s", c.Name, c.Build, c.Repo, c.Branch, c.OrderTime.Format(time.TimeOnly))
+}
+
+// pick returns a random claim that matches.
+func (w *world) pick(ch chooser, match func(Claim) bool) (int, bool) {
+	var matching []int
+	for i, c := range w.claims {
+		if match(c) {
+			matching = append(matching, i)
+		}
+	}
+	if len(matching) == 0 {
+		return 0, false
+	}
+	return matching[ch.intn(len(matching))], true
+}
+
+// decide decides, checks every invariant, applies the decision and returns it.
+func (w *world) decide(t *testing.T, history []string) Decision {
+	t.Helper()
+	in := input{claims: w.claims, grant: w.grant, now: w.now, policy: w.policy}
+	d := in.decide()
+	if err := checkInvariants(in, d); err != nil {
+		t.Fatalf("%v\nafter:\n  %s\n%s", err, strings.Join(history, "\n  "), describeInput(in))
+	}
+	w.claims, w.grant = d.Apply(w.claims), d.Grant
+	return d
+}
+
+func TestPropertiesOfRandomEventSequences(t *testing.T) {
+	for seed := range uint64(400) {
+		losingGrants := seed%4 == 3
+		t.Run(fmt.Sprintf("seed=%d,losingGrants=%v", seed, losingGrants), func(t *testing.T) {
+			ch := seeded(seed)
+			w := &world{now: t0, policy: Policy{MaxHold: genMaxHolds[ch.intn(len(genMaxHolds))]}}
+			var history []string
+			var lastToken int64
+			terminal := map[string]Phase{}
+			for range 60 {
+				history = append(history, w.happen(ch, true, losingGrants))
+				d := w.decide(t, history)
+				if d.GrantChanged && d.Holder != "" {
+					// Tokens strictly increase with each grant. Losing the
+					// grant record and every claim that carried the last
+					// token loses the floor, so only check without losses.
+					if !losingGrants && d.Grant.Token <= lastToken {
+						t.Fatalf("granted token %d after %d\n%s", d.Grant.Token, lastToken, strings.Join(history, "\n"))
+					}
+					lastToken = d.Grant.Token
+				}
+				held := 0
+				for _, c := range w.claims {
+					if was, ok := terminal[c.Name]; ok && c.Phase != was {
+						t.Fatalf("terminal %s became %s\n%s", c.Name, c.Phase, strings.Join(history, "\n"))
+					}
+					if c.Phase.IsTerminal() {
+						terminal[c.Name] = c.Phase
+					}
+					if c.Phase == Held {
+						held++
+					}
+				}
+				if held > 1 {
+					t.Fatalf("%d claims hold\n%s", held, strings.Join(history, "\n"))
+				}
+			}
+			checkLiveness(t, ch, w, history)
+		})
+	}
+}
+
+// checkLiveness stops arrivals and ends holders one by one: each time, the
+// claim that waited (the newest survivor) holds next, and the lock ends up
+// free with every claim terminal.
+func checkLiveness(t *testing.T, ch chooser, w *world, history []string) {
+	t.Helper()
+	history = append(history, "arrivals stop")
+	d := w.decide(t, history)
+	for range len(w.claims) + 1 {
+		if d.Holder == "" {
+			for _, c := range w.claims {
+				if !c.Phase.IsTerminal() {
+					t.Fatalf("lock free but %s is %s\n%s", c.Name, c.Phase, strings.Join(history, "\n"))
+				}
+			}
+			return
+		}
+		next := d.Waiting
+		i, _ := w.pick(ch, func(c Claim) bool { return c.Name == d.Holder })
+		switch holder := w.claims[i]; {
+		case holder.Pod == NoPod && ch.intn(2) == 0:
+			w.now = podlessExpiry(holder, w.grant.AcquiredAt)
+			history = append(history, "the hold of "+holder.Name+" expires")
+		case ch.intn(2) == 0:
+			w.claims = append(w.claims[:i], w.claims[i+1:]...)
+			history = append(history, "deleted "+holder.Name)
+		default:
+			w.claims[i].Pod = PodFinished
+			history = append(history, "the pod of "+holder.Name+" finished")
+		}
+		d = w.decide(t, history)
+		if d.Holder != next {
+			t.Fatalf("after the holder ended, %q holds, but %q waited\n%s", d.Holder, next, strings.Join(history, "\n"))
+		}
+	}
+	t.Fatalf("the lock was never freed\n%s", strings.Join(history, "\n"))
+}
+
+// describeInput prints an input for failure messages.
+func describeInput(in input) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "now=%s policy=%v grant={%s}", in.now.Format(time.TimeOnly), in.policy, in.grant)
+	for _, c := range in.claims {
+		fmt.Fprintf(&b, "\n  %s/%s %s/%s#%d order=%s created=%s phase=%q token=%d pod=%s expiresAfter=%s renew=%s",
+			c.Name, c.UID, c.Repo, c.Branch, c.Build, c.OrderTime.Format(time.TimeOnly), c.Created.Format(time.TimeOnly),
+			c.Phase, c.FencingToken, c.Pod, c.ExpiresAfter, c.RenewTime.Format(time.TimeOnly))
+	}
+	return b.String()
+}
