@@ -79,8 +79,9 @@ verify: manifests generate ## Fail when generated files are stale.
 ##@ Build
 
 .PHONY: build
-build: manifests generate fmt vet ## Build bin/manager.
+build: manifests generate fmt vet ## Build bin/manager and bin/kubectl-buildlock.
 	go build -o $(LOCALBIN)/manager ./cmd/manager
+	go build -o $(LOCALBIN)/kubectl-buildlock ./cmd/kubectl-buildlock
 
 ##@ Tools
 
