@@ -9,23 +9,23 @@ import (
 type Phase string
 
 const (
-	// PhasePending: the operator has not decided on this claim yet. Can
+	// PhasePending means the operator has not decided on this claim yet. Can
 	// transition to any other phase.
 	PhasePending Phase = "Pending"
-	// PhaseWaiting: this claim has the lock's single waiting slot and will hold
+	// PhaseWaiting means this claim has the lock's single waiting slot and will hold
 	// the lock when the holder ends. Can transition to Held, Superseded or
 	// Released.
 	PhaseWaiting Phase = "Waiting"
-	// PhaseHeld: this claim holds the lock; its build may deploy. Can transition
+	// PhaseHeld means this claim holds the lock; its build may deploy. Can transition
 	// to Released or Expired.
 	PhaseHeld Phase = "Held"
-	// PhaseSuperseded: a newer build made this claim obsolete; its build should
+	// PhaseSuperseded means a newer build made this claim obsolete; its build should
 	// stop without deploying. Terminal.
 	PhaseSuperseded Phase = "Superseded"
-	// PhaseReleased: the claim ended because its pod finished or disappeared,
+	// PhaseReleased means the claim ended because its pod finished or disappeared,
 	// or a person force-released it. Terminal.
 	PhaseReleased Phase = "Released"
-	// PhaseExpired: a pod-less holder was not renewed within expiresAfter, or
+	// PhaseExpired means a pod-less holder was not renewed within expiresAfter, or
 	// a pod-backed holder exceeded the operator's --max-hold. Terminal.
 	PhaseExpired Phase = "Expired"
 )
@@ -42,37 +42,37 @@ const ConditionAcquired = "Acquired"
 
 // Reasons set on status.reason and on the Acquired condition.
 const (
-	// ReasonPending: the operator has not arbitrated this claim yet.
+	// ReasonPending means the operator has not arbitrated this claim yet.
 	ReasonPending = "Pending"
-	// ReasonAcquired: the claim holds the lock.
+	// ReasonAcquired means the claim holds the lock.
 	ReasonAcquired = "Acquired"
-	// ReasonWaitingForHolder: the claim has the waiting slot.
+	// ReasonWaitingForHolder means the claim has the waiting slot.
 	ReasonWaitingForHolder = "WaitingForHolder"
-	// ReasonSupersededByNewerBuild: a newer build of the same repository and
+	// ReasonSupersededByNewerBuild means a newer build of the same repository and
 	// branch, or a newer build of another line that won the waiting slot,
 	// made this claim obsolete.
 	ReasonSupersededByNewerBuild = "SupersededByNewerBuild"
-	// ReasonDuplicateBuild: another claim for the same repository, branch and
+	// ReasonDuplicateBuild means another claim for the same repository, branch and
 	// build number was there first.
 	ReasonDuplicateBuild = "DuplicateBuild"
-	// ReasonPodFinished: the claim's pod reached Succeeded or Failed.
+	// ReasonPodFinished means the claim's pod reached Succeeded or Failed.
 	ReasonPodFinished = "PodFinished"
-	// ReasonPodGone: the claim's pod does not exist, or has another UID.
+	// ReasonPodGone means the claim's pod does not exist, or has another UID.
 	ReasonPodGone = "PodGone"
-	// ReasonLockLost: the grant record no longer names this claim although it
+	// ReasonLockLost means the grant record no longer names this claim although it
 	// was shown as holding (the grant was changed outside this claim's life,
 	// for example by a force-release).
 	ReasonLockLost = "LockLost"
-	// ReasonExpired: a pod-less holder was not renewed in time.
+	// ReasonExpired means a pod-less holder was not renewed in time.
 	ReasonExpired = "Expired"
-	// ReasonMaxHoldExceeded: a pod-backed holder held longer than --max-hold.
+	// ReasonMaxHoldExceeded means a pod-backed holder held longer than --max-hold.
 	ReasonMaxHoldExceeded = "MaxHoldExceeded"
-	// ReasonForceReleased: a person ended the claim with the
+	// ReasonForceReleased means a person ended the claim with the
 	// ForceReleaseAnnotation (`kubectl buildlock force-release`).
 	ReasonForceReleased = "ForceReleased"
 )
 
-// ForceReleaseAnnotation, set on a BuildLock to "who: why", ends its hold (or
+// ForceReleaseAnnotation is the annotation that, set on a BuildLock to "who: why", ends its hold (or
 // its wait): the operator marks it Released with reason ForceReleased and
 // hands the lock on. The annotation stays as the record of who did it.
 const ForceReleaseAnnotation = "buildlock.io/force-release"

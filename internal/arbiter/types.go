@@ -29,15 +29,15 @@ func (p Phase) IsTerminal() bool {
 type PodState int
 
 const (
-	// NoPod: the claim has no podRef; it lives by expiresAfter and renewTime.
+	// NoPod means the claim has no podRef; it lives by expiresAfter and renewTime.
 	NoPod PodState = iota
-	// PodAlive: the pod is Pending, Running or Unknown.
+	// PodAlive means the pod is Pending, Running or Unknown.
 	PodAlive
-	// PodFinished: the pod reached Succeeded or Failed.
+	// PodFinished means the pod reached Succeeded or Failed.
 	PodFinished
-	// PodGone: a live read found no pod of that name, or one with another UID.
+	// PodGone means a live read found no pod of that name, or one with another UID.
 	PodGone
-	// PodUnknown: the pod's state could not be read; it counts as alive
+	// PodUnknown means the pod's state could not be read; it counts as alive
 	// (rule 8: only a positive observation ends a claim).
 	PodUnknown
 )

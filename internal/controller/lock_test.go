@@ -195,7 +195,7 @@ var _ = Describe("The lock controller", Ordered, func() {
 		//nolint:staticcheck // client.Apply is what `kubectl apply --server-side` does.
 		Expect(k8sClient.Patch(ctx, again, client.Apply, client.FieldOwner("pipeline"), client.ForceOwnership)).To(Succeed())
 		poke(ns, "web-7")
-		Consistently(func(g Gomega) int { return writes.total() - before }, "3s").Should(BeZero())
+		Consistently(func() int { return writes.total() - before }, "3s").Should(BeZero())
 		Expect(getClaim(Default, ns, "shop-41").Status.FencingToken).To(Equal(int64(1)))
 	})
 

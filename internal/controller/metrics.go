@@ -87,7 +87,7 @@ func (m *Metrics) observeDecision(lock arbiter.Lock, obs observation, d arbiter.
 }
 
 // observeTransition records one claim's change of phase.
-func (m *Metrics) observeTransition(bl *buildlockv1.BuildLock, v arbiter.Verdict, d arbiter.Decision, now time.Time) {
+func (m *Metrics) observeTransition(bl *buildlockv1.BuildLock, v arbiter.Verdict, now time.Time) {
 	if m == nil {
 		return
 	}

@@ -73,11 +73,13 @@ var _ = Describe("The manager's options", func() {
 	})
 
 	It("exports grants, hand-offs and held locks as metrics without per-claim labels", func() {
+		// Scoped to one namespace (--namespaces), so that other specs' locks
+		// do not count.
+		ns := newNamespace()
 		reg := prometheus.NewRegistry()
-		mgr, err := testenv.StartManager(ctx, cfg, testenv.ManagerOptions{Registry: reg})
+		mgr, err := testenv.StartManager(ctx, cfg, testenv.ManagerOptions{Registry: reg, Namespaces: []string{ns}})
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(func() { Expect(mgr.Stop()).To(Succeed()) })
-		ns := newNamespace()
 		createClaim(ns, "shop-41", claimOpts{repo: "acme/shop", build: 41, pod: "shop-41"})
 		expectPhase(ns, "shop-41", buildlockv1.PhaseHeld)
 		createClaim(ns, "web-7", claimOpts{repo: "acme/web", build: 7, pod: "web-7"})
@@ -110,5 +112,16 @@ buildlock_grants_total 2
 		Expect(byName["buildlock_hold_seconds"].GetMetric()[0].GetHistogram().GetSampleCount()).To(Equal(uint64(1)))
 		Expect(byName["buildlock_wait_seconds"].GetMetric()[0].GetHistogram().GetSampleCount()).To(Equal(uint64(2)))
 		Expect(byName["buildlock_locks_held"].GetMetric()[0].GetGauge().GetValue()).To(Equal(1.0))
+	})
+
+	It("leaves BuildLocks in namespaces it does not watch alone (--namespaces)", func() {
+		watched, unwatched := newNamespace(), newNamespace()
+		mgr, err := testenv.StartManager(ctx, cfg, testenv.ManagerOptions{Namespaces: []string{watched}})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() { Expect(mgr.Stop()).To(Succeed()) })
+		createClaim(unwatched, "shop-1", claimOpts{repo: "acme/shop", build: 1, pod: "shop-1"})
+		createClaim(watched, "shop-1", claimOpts{repo: "acme/shop", build: 1, pod: "shop-1"})
+		expectPhase(watched, "shop-1", buildlockv1.PhaseHeld)
+		Consistently(func(g Gomega) buildlockv1.Phase { return getClaim(g, unwatched, "shop-1").Status.Phase }, "2s").Should(BeEmpty())
 	})
 })

@@ -87,7 +87,7 @@ func (r *LockReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		}
 	}
 
-	if err := r.applyStatuses(ctx, lock, obs, decision, now); err != nil {
+	if err := r.applyStatuses(ctx, obs, decision, now); err != nil {
 		return r.retryOnRace(ctx, err)
 	}
 	r.Metrics.observeDecision(lock, obs, decision, now)
@@ -127,7 +127,7 @@ func (r *LockReconciler) decide(lock arbiter.Lock, obs observation, now time.Tim
 // that no two claims show Held at once. Each write carries the
 // resourceVersion of the object the decision was computed from; the first
 // failure stops the rest, and the lock is decided again.
-func (r *LockReconciler) applyStatuses(ctx context.Context, lock arbiter.Lock, obs observation, d arbiter.Decision, now time.Time) error {
+func (r *LockReconciler) applyStatuses(ctx context.Context, obs observation, d arbiter.Decision, now time.Time) error {
 	byName := make(map[string]*buildlockv1.BuildLock, len(obs.claims))
 	for i := range obs.claims {
 		byName[obs.claims[i].Name] = &obs.claims[i]
@@ -152,7 +152,7 @@ func (r *LockReconciler) applyStatuses(ctx context.Context, lock arbiter.Lock, o
 		logf.FromContext(ctx).Info("Updated claim", "buildLock", bl.Name, "from", v.From, "phase", v.Phase, "reason", v.Reason, "fencingToken", status.FencingToken)
 		if v.From != v.Phase {
 			r.Recorder.Eventf(bl, nil, eventType(v.Phase), eventReason(v.Phase), string(v.Phase), v.Message)
-			r.Metrics.observeTransition(bl, v, d, now)
+			r.Metrics.observeTransition(bl, v, now)
 		}
 	}
 	return nil

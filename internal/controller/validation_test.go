@@ -215,7 +215,8 @@ var _ = Describe("Validation", Label("validation"), func() {
 		Entry("with expiresAfter -1m", set("spec.expiresAfter", "-1m"), "spec.expiresAfter", "should match"),
 		Entry("with expiresAfter without unit", set("spec.expiresAfter", "3600"), "spec.expiresAfter", "should match"),
 		Entry("with an empty expiresAfter", set("spec.expiresAfter", ""), "spec.expiresAfter"),
-		Entry("with an expiresAfter that overflows", set("spec.expiresAfter", "9999999999h"), "spec.expiresAfter"),
+		Entry("with an expiresAfter that overflows", set("spec.expiresAfter", "9999999999h"),
+			"spec.expiresAfter", msgExpiresAfterBounds),
 
 		// Timestamps.
 		Entry("with a timestamp that is not a time", set("spec.timestamp", "yesterday"),
