@@ -91,7 +91,7 @@ type PodReference struct {
 	// as gone (the build's pod was replaced).
 	// +optional
 	// +kubebuilder:validation:MaxLength=36
-	// +kubebuilder:validation:Pattern=`^[0-9a-fA-F-]+$`
+	// +kubebuilder:validation:Pattern=`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`
 	UID string `json:"uid,omitempty"`
 }
 
@@ -152,7 +152,7 @@ type BuildLockSpec struct {
 	// +kubebuilder:default="1h"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
-	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10s') && duration(self) <= duration('24h')",message="spec.expiresAfter must be between 10s and 24h, for example 30m"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || (duration(self) >= duration('10s') && duration(self) <= duration('24h'))",message="spec.expiresAfter must be between 10s and 24h, for example 30m"
 	ExpiresAfter *metav1.Duration `json:"expiresAfter,omitempty"`
 
 	// RenewTime is bumped by a pod-less holder's client to keep the lock; the

@@ -202,6 +202,8 @@ var _ = Describe("Validation", Label("validation"), func() {
 			set("spec.podRef", map[string]any{"name": "kube-system/etcd"}), "spec.podRef.name", "should match"),
 		Entry("with a non-hex podRef uid", set("spec.podRef", map[string]any{"name": "pipeline-42", "uid": "not-a-uid!"}),
 			"spec.podRef.uid", "should match"),
+		Entry("with a podRef uid that is not a UUID", set("spec.podRef", map[string]any{"name": "pipeline-42", "uid": "------"}),
+			"spec.podRef.uid", "should match"),
 		Entry("with a podRef uid of 37 characters",
 			set("spec.podRef", map[string]any{"name": "pipeline-42", "uid": podUID + "a"}),
 			"spec.podRef.uid", "Too long", "36"),
