@@ -71,10 +71,10 @@ lint: $(GOLANGCI_LINT) ## Run golangci-lint with .golangci.yml.
 	$(GOLANGCI_LINT) run ./...
 
 .PHONY: verify
-verify: manifests generate ## Fail when generated files are stale.
-	@if [ -n "$$(git status --porcelain -- api config)" ]; then \
+verify: manifests generate verify-chart ## Fail when generated files (or the chart's copies of them) are stale.
+	@if [ -n "$$(git status --porcelain -- api config charts)" ]; then \
 		echo "Generated files are stale; run 'make manifests generate' and commit:"; \
-		git status --porcelain -- api config; git --no-pager diff -- api config | head -50; exit 1; fi
+		git status --porcelain -- api config charts; git --no-pager diff -- api config charts | head -50; exit 1; fi
 
 ##@ Build
 
@@ -119,3 +119,5 @@ echo "Installing $(2)@$(3)"; \
 GOBIN=$$tmp go install $(2)@$(3); \
 mv $$tmp/$$(basename $(2)) $(1); rm -rf $$tmp
 endef
+
+include hack/install.mk

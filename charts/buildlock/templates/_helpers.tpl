@@ -1,0 +1,72 @@
+{{/*
+The chart's name, overridable with nameOverride.
+*/}}
+{{- define "buildlock.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The release's full name: the release name when it already contains the
+chart's name (a release named buildlock gives "buildlock"), else
+<release>-<chart>. Names derived from it add at most 17 characters, so it
+is cut at 46.
+*/}}
+{{- define "buildlock.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 46 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 46 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 46 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "buildlock.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Labels on every object.
+*/}}
+{{- define "buildlock.labels" -}}
+helm.sh/chart: {{ include "buildlock.chart" . }}
+{{ include "buildlock.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: buildlock
+{{- end }}
+
+{{/*
+Labels that select the manager's pods.
+*/}}
+{{- define "buildlock.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "buildlock.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "buildlock.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "buildlock.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name must name an existing ServiceAccount when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "buildlock.image" -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+
+{{/*
+The rules of a ClusterRole kept in files/: the chart does not restate RBAC
+rules, it renders the copies `make chart-sync` takes of config/rbac.
+*/}}
+{{- define "buildlock.rulesFrom" -}}
+{{- $role := .root.Files.Get .file | fromYaml }}
+{{- if not $role.rules }}
+{{- fail (printf "%s holds no rules; run `make chart-sync`" .file) }}
+{{- end }}
+{{- toYaml $role.rules }}
+{{- end }}

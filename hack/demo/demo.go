@@ -1,0 +1,342 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
+	"github.com/buildlock/buildlock/hack/localcluster/cluster"
+	"github.com/buildlock/buildlock/internal/testenv"
+)
+
+const (
+	namespace = "demo"
+	target    = "staging"
+)
+
+// want is what a claim's status must show after a step. Zero fields are not
+// checked.
+type want struct {
+	phase        buildlockv1.Phase
+	reason       string
+	holder       string
+	waiting      string
+	supersededBy string
+	token        int64
+}
+
+// demo is one run of the scenario against a local control plane.
+type demo struct {
+	out     io.Writer
+	c       *cluster.Cluster
+	client  client.Client // direct, uncached: every read sees the API server's latest state
+	timeout time.Duration
+	step    int
+}
+
+// run starts a local control plane and the operator, and plays the scenario,
+// narrating to out. It returns an error naming the first step whose expected
+// state was not observed within timeout.
+func run(ctx context.Context, out io.Writer, timeout time.Duration) (err error) {
+	c, err := cluster.Start(cluster.Options{})
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, c.Stop()) }()
+
+	// Finished claims are kept for an hour, so that the last table still
+	// shows every build.
+	m, err := testenv.StartManager(ctx, c.Config, testenv.ManagerOptions{FinishedTTL: time.Hour})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if stopErr := m.Stop(); stopErr != nil && !errors.Is(stopErr, context.Canceled) {
+			err = errors.Join(err, fmt.Errorf("stopping the operator: %w", stopErr))
+		}
+	}()
+
+	cl, err := client.New(c.Config, client.Options{Scheme: testenv.Scheme()})
+	if err != nil {
+		return fmt.Errorf("creating a client: %w", err)
+	}
+	d := &demo{out: out, c: c, client: cl, timeout: timeout}
+	return d.play(ctx)
+}
+
+func (d *demo) play(ctx context.Context) error {
+	d.say("A local control plane and the buildlock operator are running. Three pipeline runs of two\n"+
+		"repositories will take turns deploying into %q; each run creates a BuildLock in namespace %q\n"+
+		"and deploys only while its claim is Held. There is no kubelet here, so the demo sets each\n"+
+		"pipeline pod's phase itself.", target, namespace)
+	if err := d.client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}); err != nil {
+		return fmt.Errorf("creating namespace %s: %w", namespace, err)
+	}
+
+	// Step 1: a free lock is granted at once, with the first fencing token.
+	d.begin("Build 41 of acme/shop@main starts and asks for staging; the lock is free.")
+	if err := d.startBuild(ctx, "shop-main-41", "acme/shop", 41); err != nil {
+		return err
+	}
+	if err := d.expect(ctx, map[string]want{
+		"shop-main-41": {phase: buildlockv1.PhaseHeld, reason: buildlockv1.ReasonAcquired, holder: "shop-main-41", token: 1},
+	}); err != nil {
+		return err
+	}
+
+	// Step 2: another repository's build takes the single waiting slot.
+	d.begin("Build 7 of acme/web@main asks for staging while shop #41 deploys: it waits.")
+	if err := d.startBuild(ctx, "web-main-7", "acme/web", 7); err != nil {
+		return err
+	}
+	if err := d.expect(ctx, map[string]want{
+		"shop-main-41": {phase: buildlockv1.PhaseHeld, holder: "shop-main-41", token: 1},
+		"web-main-7":   {phase: buildlockv1.PhaseWaiting, reason: buildlockv1.ReasonWaitingForHolder, holder: "shop-main-41", waiting: "web-main-7"},
+	}); err != nil {
+		return err
+	}
+
+	// Step 3: a newer build of the waiting line replaces the older waiter.
+	d.begin("Build 8 of acme/web@main arrives: deploying #7 after #8 exists would be wasted work,\n" +
+		"so #8 takes the waiting slot and #7 is superseded (its pipeline stops without deploying).\n" +
+		"The holder is never pre-empted.")
+	if err := d.startBuild(ctx, "web-main-8", "acme/web", 8); err != nil {
+		return err
+	}
+	if err := d.expect(ctx, map[string]want{
+		"shop-main-41": {phase: buildlockv1.PhaseHeld, holder: "shop-main-41", token: 1},
+		"web-main-7":   {phase: buildlockv1.PhaseSuperseded, reason: buildlockv1.ReasonSupersededByNewerBuild, supersededBy: "web-main-8"},
+		"web-main-8":   {phase: buildlockv1.PhaseWaiting, reason: buildlockv1.ReasonWaitingForHolder, holder: "shop-main-41", waiting: "web-main-8"},
+	}); err != nil {
+		return err
+	}
+	if err := d.showMessage(ctx, "web-main-7"); err != nil {
+		return err
+	}
+	// The superseded pipeline exits; its claim stays Superseded.
+	if err := d.setPodPhase(ctx, "web-main-7", corev1.PodSucceeded); err != nil {
+		return err
+	}
+
+	// Step 4: the holder's pod ends, and the waiter takes over with the next
+	// fencing token.
+	d.begin("Build 41 has deployed and its pipeline pod Succeeds: the lock passes to web #8\n" +
+		"with fencing token 2, which staging can use to refuse any late write from #41.")
+	if err := d.setPodPhase(ctx, "shop-main-41", corev1.PodSucceeded); err != nil {
+		return err
+	}
+	if err := d.expect(ctx, map[string]want{
+		"shop-main-41": {phase: buildlockv1.PhaseReleased, reason: buildlockv1.ReasonPodFinished},
+		"web-main-7":   {phase: buildlockv1.PhaseSuperseded},
+		"web-main-8":   {phase: buildlockv1.PhaseHeld, reason: buildlockv1.ReasonAcquired, holder: "web-main-8", token: 2},
+	}); err != nil {
+		return err
+	}
+	if err := d.showMessage(ctx, "web-main-8"); err != nil {
+		return err
+	}
+
+	// Step 5: the last holder ends; the lock is free and keeps its token.
+	d.begin("Build 8 has deployed and its pod Succeeds: staging is free again. The grant Lease keeps\n" +
+		"the last fencing token, so the next build gets token 3.")
+	if err := d.setPodPhase(ctx, "web-main-8", corev1.PodSucceeded); err != nil {
+		return err
+	}
+	if err := d.expect(ctx, map[string]want{
+		"shop-main-41": {phase: buildlockv1.PhaseReleased},
+		"web-main-7":   {phase: buildlockv1.PhaseSuperseded},
+		"web-main-8":   {phase: buildlockv1.PhaseReleased, reason: buildlockv1.ReasonPodFinished, token: 2},
+	}); err != nil {
+		return err
+	}
+	if err := d.expectFreeLease(ctx, 2); err != nil {
+		return err
+	}
+	if err := d.kubectl(ctx, "get", "leases", "-l", "buildlock.io/target="+target); err != nil {
+		return err
+	}
+
+	fmt.Fprintf(d.out, "\nDemo passed: every step's expected state was observed.\n")
+	return nil
+}
+
+// startBuild creates a running pipeline pod and the BuildLock that names it,
+// as a pipeline's first step would.
+func (d *demo) startBuild(ctx context.Context, name, repo string, build int64) error {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: map[string]string{"app": "pipeline"}},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers:    []corev1.Container{{Name: "pipeline", Image: "registry.example/" + repo + "/pipeline:" + fmt.Sprint(build)}},
+		},
+	}
+	if err := d.client.Create(ctx, pod); err != nil {
+		return fmt.Errorf("creating pod %s: %w", name, err)
+	}
+	if err := d.setPodPhase(ctx, name, corev1.PodRunning); err != nil {
+		return err
+	}
+	bl := &buildlockv1.BuildLock{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Spec: buildlockv1.BuildLockSpec{
+			Target: target, Repo: repo, Branch: "main", Build: build,
+			PodRef: &buildlockv1.PodReference{Name: name, UID: string(pod.UID)},
+		},
+	}
+	if err := d.client.Create(ctx, bl); err != nil {
+		return fmt.Errorf("creating BuildLock %s: %w", name, err)
+	}
+	fmt.Fprintf(d.out, "  created pod %s (Running) and BuildLock %s (%s@main #%d, target %s)\n", name, name, repo, build, target)
+	return nil
+}
+
+// setPodPhase sets a pod's status.phase through the status subresource, as
+// the kubelet would.
+func (d *demo) setPodPhase(ctx context.Context, name string, phase corev1.PodPhase) error {
+	pod := &corev1.Pod{}
+	if err := d.client.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, pod); err != nil {
+		return fmt.Errorf("reading pod %s: %w", name, err)
+	}
+	pod.Status.Phase = phase
+	if err := d.client.Status().Update(ctx, pod); err != nil {
+		return fmt.Errorf("setting pod %s to %s: %w", name, phase, err)
+	}
+	if phase != corev1.PodRunning {
+		fmt.Fprintf(d.out, "  pod %s is now %s\n", name, phase)
+	}
+	return nil
+}
+
+// expect waits until every named claim shows its wanted status, then prints
+// the table. After the timeout it prints the table anyway and fails with the
+// differences it saw last.
+func (d *demo) expect(ctx context.Context, wants map[string]want) error {
+	var diffs []string
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, d.timeout, true, func(ctx context.Context) (bool, error) {
+		diffs = diffs[:0]
+		for _, name := range sortedKeys(wants) {
+			bl := &buildlockv1.BuildLock{}
+			if err := d.client.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, bl); err != nil {
+				if apierrors.IsNotFound(err) {
+					diffs = append(diffs, name+": not found")
+					continue
+				}
+				return false, err
+			}
+			diffs = append(diffs, compare(name, &bl.Status, wants[name])...)
+		}
+		return len(diffs) == 0, nil
+	})
+	if kerr := d.kubectl(ctx, "get", "buildlocks", "-o", "wide"); kerr != nil {
+		return errors.Join(err, kerr)
+	}
+	if err != nil {
+		return fmt.Errorf("step %d: the expected state was not observed within %s:\n  %s", d.step, d.timeout, strings.Join(diffs, "\n  "))
+	}
+	fmt.Fprintf(d.out, "  ✓ step %d: %s\n", d.step, summary(wants))
+	return nil
+}
+
+// expectFreeLease waits until the lock's grant Lease names no holder and
+// keeps token as its leaseTransitions.
+func (d *demo) expectFreeLease(ctx context.Context, token int32) error {
+	var got string
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, d.timeout, true, func(ctx context.Context) (bool, error) {
+		lease := &coordinationv1.Lease{}
+		if err := d.client.Get(ctx, types.NamespacedName{Namespace: namespace, Name: "buildlock-" + target}, lease); err != nil {
+			got = err.Error()
+			return false, nil
+		}
+		got = fmt.Sprintf("holder %q, leaseTransitions %d", ptr.Deref(lease.Spec.HolderIdentity, ""), ptr.Deref(lease.Spec.LeaseTransitions, 0))
+		return ptr.Deref(lease.Spec.HolderIdentity, "") == "" && ptr.Deref(lease.Spec.LeaseTransitions, 0) == token, nil
+	})
+	if err != nil {
+		return fmt.Errorf("step %d: the grant Lease buildlock-%s should be free with leaseTransitions %d; it shows %s", d.step, target, token, got)
+	}
+	fmt.Fprintf(d.out, "  ✓ step %d: the grant Lease buildlock-%s is free, fencing token floor %d\n", d.step, target, token)
+	return nil
+}
+
+func compare(name string, got *buildlockv1.BuildLockStatus, w want) []string {
+	var diffs []string
+	check := func(field string, got, want any, zero bool) {
+		if !zero && got != want {
+			diffs = append(diffs, fmt.Sprintf("%s: %s is %v, want %v", name, field, got, want))
+		}
+	}
+	check("phase", got.Phase, w.phase, w.phase == "")
+	check("reason", got.Reason, w.reason, w.reason == "")
+	check("holder", got.Holder, w.holder, w.holder == "")
+	check("waiting", got.Waiting, w.waiting, w.waiting == "")
+	check("supersededBy", got.SupersededBy, w.supersededBy, w.supersededBy == "")
+	check("fencingToken", got.FencingToken, w.token, w.token == 0)
+	return diffs
+}
+
+func summary(wants map[string]want) string {
+	parts := make([]string, 0, len(wants))
+	for _, name := range sortedKeys(wants) {
+		w := wants[name]
+		s := fmt.Sprintf("%s %s", name, w.phase)
+		if w.token != 0 && w.phase == buildlockv1.PhaseHeld {
+			s += fmt.Sprintf(" (token %d)", w.token)
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func (d *demo) showMessage(ctx context.Context, name string) error {
+	bl := &buildlockv1.BuildLock{}
+	if err := d.client.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, bl); err != nil {
+		return fmt.Errorf("reading BuildLock %s: %w", name, err)
+	}
+	fmt.Fprintf(d.out, "  %s says: %s\n", name, bl.Status.Message)
+	return nil
+}
+
+func (d *demo) begin(narration string) {
+	d.step++
+	fmt.Fprintf(d.out, "\n── Step %d ─────────────────────────────────────────────────────────────\n", d.step)
+	d.say("%s", narration)
+}
+
+func (d *demo) say(format string, args ...any) {
+	fmt.Fprintf(d.out, format+"\n", args...)
+}
+
+// kubectl runs kubectl against the local control plane in the demo's
+// namespace and prints what it prints, command line first.
+func (d *demo) kubectl(ctx context.Context, args ...string) error {
+	args = append([]string{"--namespace", namespace}, args...)
+	fmt.Fprintf(d.out, "\n$ kubectl %s\n", strings.Join(args, " "))
+	cmd := d.c.Kubectl(ctx, args...)
+	cmd.Stdout, cmd.Stderr = d.out, d.out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("step %d: running %s (build it with `make envtest`): %w", d.step, cmd.Path, err)
+	}
+	return nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

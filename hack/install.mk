@@ -1,0 +1,81 @@
+# hack/install.mk: running, installing, demoing and packaging buildlock.
+# Included from the Makefile, whose variables it uses (LOCALBIN, HELM,
+# KUBECTL, ENVTEST_DIR, CONTROLLER_GEN, KUBEBUILDER_ASSETS). To try it alone:
+#   make -f Makefile -f hack/install.mk <target>
+
+CHART_DIR ?= charts/buildlock
+IMG ?= ghcr.io/buildlock/buildlock:dev
+CONTAINER_TOOL ?= docker
+# Flags for `make run` against a configured cluster. Out of a cluster the
+# manager cannot tell its own namespace, so leader election needs one.
+RUN_ARGS ?= --leader-election-namespace=default
+# LOCAL=1 makes `make run` use a local control plane even when a cluster is
+# configured.
+LOCAL ?=
+
+##@ Run
+
+# The local control plane is built and then run, not `go run`: `go run` exits 1
+# after Ctrl-C even when the program shut down cleanly.
+.PHONY: run
+run: manifests generate fmt vet ## Run the operator: on a throwaway local control plane when no cluster is configured (or LOCAL=1), else against the configured cluster.
+	@if [ "$(LOCAL)" = 1 ] || { [ -z "$$KUBECONFIG" ] && [ ! -f "$$HOME/.kube/config" ]; }; then \
+		echo "No cluster configured (no \$$KUBECONFIG, no ~/.kube/config) or LOCAL=1: starting a local control plane."; \
+		$(MAKE) --no-print-directory envtest; \
+		go build -o $(LOCALBIN)/localcluster ./hack/localcluster && $(LOCALBIN)/localcluster; \
+	else \
+		echo "Running the manager against the configured cluster (CRDs: make install; LOCAL=1 for a local control plane)."; \
+		go run ./cmd/manager $(RUN_ARGS); \
+	fi
+
+.PHONY: demo
+demo: envtest ## Play the narrated hand-off scenario on a local control plane; exits non-zero if a step's state is not observed.
+	go run ./hack/demo
+
+##@ Deployment
+
+# install and uninstall use the kubectl `make envtest` builds; KUBECTL=kubectl
+# uses yours.
+
+.PHONY: install
+install: manifests $(KUBECTL) ## Install the CRD into the configured cluster.
+	$(KUBECTL) apply --server-side -f config/crd/bases
+
+.PHONY: uninstall
+uninstall: manifests $(KUBECTL) ## Delete the CRD, and with it every BuildLock, from the configured cluster.
+	$(KUBECTL) delete --ignore-not-found -f config/crd/bases
+
+.PHONY: docker-build
+docker-build: ## Build the manager image IMG with CONTAINER_TOOL (docker).
+	$(CONTAINER_TOOL) build -t $(IMG) .
+
+.PHONY: docker-push
+docker-push: ## Push the manager image IMG.
+	$(CONTAINER_TOOL) push $(IMG)
+
+##@ Helm chart
+
+.PHONY: chart-sync
+chart-sync: manifests ## Copy the generated CRD and the RBAC rules into the chart.
+	@mkdir -p $(CHART_DIR)/crds $(CHART_DIR)/files
+	rm -f $(CHART_DIR)/crds/*.yaml
+	cp config/crd/bases/*.yaml $(CHART_DIR)/crds/
+	cp config/rbac/role.yaml $(CHART_DIR)/files/manager-role.yaml
+	cp config/rbac/pipeline_role.yaml $(CHART_DIR)/files/pipeline-role.yaml
+
+.PHONY: verify-chart
+verify-chart: manifests $(HELM) ## Fail when the chart's CRD or RBAC rules differ from config/, or helm lint complains.
+	@diff -ru config/crd/bases $(CHART_DIR)/crds \
+		&& diff -u config/rbac/role.yaml $(CHART_DIR)/files/manager-role.yaml \
+		&& diff -u config/rbac/pipeline_role.yaml $(CHART_DIR)/files/pipeline-role.yaml \
+		|| { echo "The chart is out of date with config/; run 'make chart-sync' and commit."; exit 1; }
+	$(HELM) lint --strict $(CHART_DIR)
+	HELM=$(HELM) go test ./test/chart -run '^TestRendered' -count=1
+
+.PHONY: test-chart
+test-chart: envtest $(HELM) ## Install the chart on a local control plane and run the manager under the chart's RBAC.
+	HELM=$(HELM) KUBECTL=$(KUBECTL) go test ./test/chart -count=1 -v -timeout 10m
+
+# `make test` runs ./test/chart too; give it helm, or its chart tests skip.
+test: $(HELM)
+test: export HELM := $(HELM)

@@ -1,0 +1,533 @@
+package chart
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+
+	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
+	"github.com/buildlock/buildlock/hack/localcluster/cluster"
+	"github.com/buildlock/buildlock/internal/testenv"
+)
+
+const (
+	// pipelineNS is where the pipelines' claims and pods live.
+	pipelineNS = "ci"
+	// managerSA is the ServiceAccount the chart creates for release.
+	managerSA = "buildlock"
+	// pipelineSA is a pipeline's ServiceAccount, bound to the chart's
+	// pipeline ClusterRole in pipelineNS.
+	pipelineSA = "pipeline"
+)
+
+// TestChart installs the chart on a local control plane, runs the manager
+// binary as the chart's ServiceAccount, and drives a hand-off: the chart's
+// RBAC is enough. Then it shows that RBAC is not more than enough, and that
+// `helm uninstall` leaves nothing cluster-wide but the CRD.
+func TestChart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a control plane; skipped with -short")
+	}
+	h := requireHelm(t)
+	manager := buildManager(t)
+
+	// No CRD from config/: the chart's crds/ installs it.
+	c, err := cluster.Start(cluster.Options{WithoutCRDs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := c.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	ctx := t.Context()
+	g := NewWithT(t)
+	g.SetDefaultEventuallyTimeout(30 * time.Second)
+	g.SetDefaultEventuallyPollingInterval(100 * time.Millisecond)
+
+	scheme := testenv.Scheme()
+	g.Expect(apiextensionsv1.AddToScheme(scheme)).To(Succeed())
+	admin, err := client.New(c.Config, client.Options{Scheme: scheme})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	// The release namespace enforces Pod Security "restricted", as a careful
+	// cluster would.
+	for _, ns := range []*corev1.Namespace{
+		{ObjectMeta: metav1.ObjectMeta{Name: releaseNS, Labels: map[string]string{
+			"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/warn": "restricted",
+		}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: pipelineNS}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}},
+	} {
+		g.Expect(admin.Create(ctx, ns)).To(Succeed())
+	}
+	before := clusterScopedObjects(t, c.Config)
+
+	t.Run("the rendered chart is accepted by the API server", func(t *testing.T) {
+		for name, values := range map[string][]string{
+			"defaults":           nil,
+			"watched namespaces": {"--set", "watchNamespaces={ci,team-a}", "--set", "replicaCount=2", "--set", "podDisruptionBudget.enabled=true"},
+		} {
+			t.Run(name, func(t *testing.T) {
+				manifests := h.template(t, append([]string{"--include-crds"}, values...)...)
+				cmd := c.Kubectl(ctx, "apply", "--dry-run=server", "-f", "-")
+				cmd.Stdin = strings.NewReader(manifests)
+				var stdout, stderr bytes.Buffer
+				cmd.Stdout, cmd.Stderr = &stdout, &stderr
+				if err := cmd.Run(); err != nil {
+					t.Fatalf("kubectl apply --dry-run=server refused the chart: %v\n%s%s", err, stderr.String(), stdout.String())
+				}
+				if strings.Contains(stderr.String(), "Warning") {
+					t.Errorf("kubectl apply --dry-run=server warned:\n%s", stderr.String())
+				}
+			})
+		}
+	})
+
+	t.Run("the manager's pod passes Pod Security restricted", func(t *testing.T) {
+		g := NewWithT(t)
+		var d appsv1.Deployment
+		find(t, parseObjects(t, h.template(t)), "Deployment", "buildlock", &d)
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: releaseNS, GenerateName: "buildlock-", Labels: d.Spec.Template.Labels},
+			Spec:       d.Spec.Template.Spec,
+		}
+		// The ServiceAccount does not exist yet; admission of a dry-run
+		// create checks the pod's security all the same.
+		g.Expect(admin.Create(ctx, pod, client.DryRunAll)).To(Succeed(), "the namespace enforces restricted")
+	})
+
+	h.run(t, "install", release, "charts/buildlock", "--namespace", releaseNS, "--kubeconfig", c.Kubeconfig)
+
+	g.Eventually(func(g Gomega) {
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		g.Expect(admin.Get(ctx, client.ObjectKey{Name: "buildlocks.buildlock.io"}, crd)).To(Succeed())
+		g.Expect(crd.Status.Conditions).To(ContainElement(And(
+			HaveField("Type", apiextensionsv1.Established), HaveField("Status", apiextensionsv1.ConditionTrue))))
+	}).Should(Succeed(), "helm installs the chart's CRD")
+
+	// A pipeline's ServiceAccount, bound to the chart's pipeline ClusterRole.
+	g.Expect(admin.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: pipelineNS, Name: pipelineSA}})).To(Succeed())
+	g.Expect(admin.Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: pipelineNS, Name: "pipeline-buildlock"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "buildlock-pipeline"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: pipelineNS, Name: pipelineSA}},
+	})).To(Succeed())
+
+	managerCfg := asServiceAccount(c.Config, releaseNS, managerSA)
+	pipelineCfg := asServiceAccount(c.Config, pipelineNS, pipelineSA)
+	asManager, err := client.New(managerCfg, client.Options{Scheme: scheme})
+	g.Expect(err).NotTo(HaveOccurred())
+	asPipeline, err := client.New(pipelineCfg, client.Options{Scheme: scheme})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	// The manager runs with the chart's arguments, as the chart's
+	// ServiceAccount.
+	mgr := startManager(t, manager, chartArgs(t, h), managerCfg)
+
+	t.Run("the chart's RBAC lets the manager elect a leader and hand a lock over", func(t *testing.T) {
+		g := NewWithT(t)
+		g.SetDefaultEventuallyTimeout(30 * time.Second)
+		g.SetDefaultEventuallyPollingInterval(100 * time.Millisecond)
+
+		g.Eventually(func(g Gomega) {
+			lease := &coordinationv1.Lease{}
+			g.Expect(admin.Get(ctx, client.ObjectKey{Namespace: releaseNS, Name: "buildlock-manager.buildlock.io"}, lease)).To(Succeed())
+			g.Expect(ptr.Deref(lease.Spec.HolderIdentity, "")).NotTo(BeEmpty())
+		}).Should(Succeed(), "the manager holds the leader-election Lease in the release namespace")
+
+		handOff(ctx, g, admin, asPipeline, "staging", 41)
+
+		g.Eventually(func(g Gomega) {
+			var events eventsv1.EventList
+			g.Expect(admin.List(ctx, &events, client.InNamespace(pipelineNS))).To(Succeed())
+			g.Expect(events.Items).To(ContainElement(And(
+				HaveField("Regarding.Name", "web-main-41"), HaveField("Reason", buildlockv1.ReasonAcquired))))
+		}).Should(Succeed(), "the manager records events")
+
+		g.Eventually(func(g Gomega) {
+			body := get(g, fmt.Sprintf("http://%s/metrics", mgr.metricsAddr))
+			g.Expect(body).To(ContainSubstring("buildlock_grants_total"))
+		}).Should(Succeed(), "the metrics endpoint serves the operator's metrics")
+		g.Expect(get(g, fmt.Sprintf("http://%s/readyz", mgr.probeAddr))).To(Equal("ok"))
+
+		g.Expect(mgr.logs.String()).NotTo(ContainSubstring("forbidden"), "the manager was refused something it needs")
+	})
+
+	t.Run("the chart's RBAC refuses the manager what it does not need", func(t *testing.T) {
+		g := NewWithT(t)
+		for _, a := range []authorizationv1.ResourceAttributes{
+			{Verb: "get", Resource: "secrets", Namespace: pipelineNS},
+			{Verb: "list", Resource: "secrets"},
+			{Verb: "get", Resource: "configmaps", Namespace: pipelineNS},
+			{Verb: "create", Resource: "pods", Namespace: pipelineNS},
+			{Verb: "update", Resource: "pods", Namespace: pipelineNS},
+			{Verb: "patch", Resource: "pods", Namespace: pipelineNS},
+			{Verb: "delete", Resource: "pods", Namespace: pipelineNS},
+			{Verb: "update", Resource: "pods", Subresource: "status", Namespace: pipelineNS},
+			{Verb: "create", Group: "buildlock.io", Resource: "buildlocks", Namespace: pipelineNS},
+			{Verb: "update", Group: "buildlock.io", Resource: "buildlocks", Namespace: pipelineNS},
+			{Verb: "patch", Group: "buildlock.io", Resource: "buildlocks", Namespace: pipelineNS},
+			{Verb: "delete", Group: "coordination.k8s.io", Resource: "leases", Namespace: pipelineNS},
+			{Verb: "get", Group: "apps", Resource: "deployments", Namespace: pipelineNS},
+			{Verb: "create", Group: "rbac.authorization.k8s.io", Resource: "rolebindings", Namespace: pipelineNS},
+			{Verb: "update", Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"},
+		} {
+			g.Expect(allowed(ctx, g, asManager, a)).To(BeFalse(), "the manager must not %s", describe(a))
+		}
+		// The same question answers yes where the chart grants the right, so
+		// the noes above are the chart's.
+		g.Expect(allowed(ctx, g, asManager, authorizationv1.ResourceAttributes{
+			Verb: "update", Group: "buildlock.io", Resource: "buildlocks", Subresource: "status", Namespace: pipelineNS,
+		})).To(BeTrue())
+
+		// And real calls are refused.
+		err := asManager.List(ctx, &corev1.SecretList{}, client.InNamespace(pipelineNS))
+		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "listing secrets: %v", err)
+		err = asManager.Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: pipelineNS, Name: "not-mine"},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "c"}}},
+		})
+		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "creating a pod: %v", err)
+	})
+
+	t.Run("the pipeline role may take turns but not write verdicts", func(t *testing.T) {
+		g := NewWithT(t)
+		for _, verb := range []string{"create", "get", "list", "watch", "patch", "delete"} {
+			g.Expect(allowed(ctx, g, asPipeline, authorizationv1.ResourceAttributes{
+				Verb: verb, Group: "buildlock.io", Resource: "buildlocks", Namespace: pipelineNS,
+			})).To(BeTrue(), "a pipeline must be able to %s buildlocks", verb)
+		}
+		for _, a := range []authorizationv1.ResourceAttributes{
+			{Verb: "update", Group: "buildlock.io", Resource: "buildlocks", Subresource: "status", Namespace: pipelineNS},
+			{Verb: "patch", Group: "buildlock.io", Resource: "buildlocks", Subresource: "status", Namespace: pipelineNS},
+			{Verb: "create", Group: "buildlock.io", Resource: "buildlocks", Namespace: "team-a"},
+			{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: pipelineNS},
+		} {
+			g.Expect(allowed(ctx, g, asPipeline, a)).To(BeFalse(), "a pipeline must not %s", describe(a))
+		}
+		bl := &buildlockv1.BuildLock{}
+		g.Expect(asPipeline.Get(ctx, client.ObjectKey{Namespace: pipelineNS, Name: "web-main-41"}, bl)).To(Succeed())
+		bl.Status.Phase = buildlockv1.PhaseReleased
+		err := asPipeline.Status().Update(ctx, bl)
+		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "a pipeline writing a status: %v", err)
+	})
+
+	mgr.stop(t)
+
+	t.Run("with watchNamespaces the manager works on RoleBindings alone", func(t *testing.T) {
+		g := NewWithT(t)
+		g.SetDefaultEventuallyTimeout(30 * time.Second)
+		g.SetDefaultEventuallyPollingInterval(100 * time.Millisecond)
+		values := []string{"--set", "watchNamespaces={" + pipelineNS + "}"}
+		h.run(t, append([]string{"upgrade", release, "charts/buildlock", "--namespace", releaseNS, "--kubeconfig", c.Kubeconfig}, values...)...)
+		g.Expect(admin.Get(ctx, client.ObjectKey{Name: "buildlock-manager"}, &rbacv1.ClusterRoleBinding{})).
+			To(WithTransform(apierrors.IsNotFound, BeTrue()), "no ClusterRoleBinding when namespaces are watched")
+		for _, a := range []authorizationv1.ResourceAttributes{
+			{Verb: "list", Group: "buildlock.io", Resource: "buildlocks"},
+			{Verb: "list", Resource: "pods", Namespace: "team-a"},
+			{Verb: "update", Group: "buildlock.io", Resource: "buildlocks", Subresource: "status", Namespace: "team-a"},
+		} {
+			g.Expect(allowed(ctx, g, asManager, a)).To(BeFalse(), "a namespace-scoped manager must not %s", describe(a))
+		}
+
+		scoped := startManager(t, manager, chartArgs(t, h, values...), managerCfg)
+		handOff(ctx, g, admin, asPipeline, "production", 42)
+		g.Expect(scoped.logs.String()).NotTo(ContainSubstring("forbidden"), "the manager was refused something it needs")
+		scoped.stop(t)
+	})
+
+	t.Run("helm uninstall leaves nothing cluster-wide but the CRD", func(t *testing.T) {
+		g := NewWithT(t)
+		h.run(t, "uninstall", release, "--namespace", releaseNS, "--kubeconfig", c.Kubeconfig, "--wait")
+		g.Expect(admin.Get(ctx, client.ObjectKey{Name: "buildlocks.buildlock.io"}, &apiextensionsv1.CustomResourceDefinition{})).
+			To(Succeed(), "Helm keeps CRDs on uninstall")
+		after := clusterScopedObjects(t, c.Config)
+		var leftovers []string
+		for key := range after {
+			if !before[key] {
+				leftovers = append(leftovers, key)
+			}
+		}
+		sort.Strings(leftovers)
+		g.Expect(leftovers).To(ConsistOf(
+			"apiextensions.k8s.io/customresourcedefinitions/buildlocks.buildlock.io",
+			// The API server registers every CRD's group version.
+			"apiregistration.k8s.io/apiservices/v1alpha1.buildlock.io",
+		))
+		var sas corev1.ServiceAccountList
+		g.Expect(admin.List(ctx, &sas, client.InNamespace(releaseNS), client.MatchingLabels{"app.kubernetes.io/instance": release})).To(Succeed())
+		g.Expect(sas.Items).To(BeEmpty())
+	})
+}
+
+// asServiceAccount is cfg (an administrator's) impersonating a
+// ServiceAccount, with the groups the API server gives a ServiceAccount's
+// token (it adds system:authenticated itself).
+func asServiceAccount(cfg *rest.Config, namespace, name string) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.Impersonate = rest.ImpersonationConfig{
+		UserName: fmt.Sprintf("system:serviceaccount:%s:%s", namespace, name),
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace},
+	}
+	return c
+}
+
+// handOff plays a hand-off on target in pipelineNS: the pipeline's identity
+// claims the target for build n of acme/shop@main (shop-main-<n>) and of
+// acme/web@main (web-main-<n>), each with a running pod; shop holds with
+// token 1 and web waits; shop's pod succeeds, and web holds with token 2.
+func handOff(ctx context.Context, g Gomega, admin, asPipeline client.Client, target string, n int64) {
+	first, second := fmt.Sprintf("shop-main-%d", n), fmt.Sprintf("web-main-%d", n)
+	for _, name := range []string{first, second} {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: pipelineNS, Name: name},
+			Spec:       corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "pipeline", Image: "pipeline"}}},
+		}
+		g.Expect(admin.Create(ctx, pod)).To(Succeed())
+		pod.Status.Phase = corev1.PodRunning
+		g.Expect(admin.Status().Update(ctx, pod)).To(Succeed())
+	}
+	g.Expect(asPipeline.Create(ctx, claim(first, target, "acme/shop", n))).To(Succeed())
+	g.Eventually(phaseOf(ctx, admin, first)).Should(Equal(held(1)))
+	g.Expect(asPipeline.Create(ctx, claim(second, target, "acme/web", n))).To(Succeed())
+	g.Eventually(phaseOf(ctx, admin, second)).Should(Equal("Waiting"))
+
+	pod := &corev1.Pod{}
+	g.Expect(admin.Get(ctx, client.ObjectKey{Namespace: pipelineNS, Name: first}, pod)).To(Succeed())
+	pod.Status.Phase = corev1.PodSucceeded
+	g.Expect(admin.Status().Update(ctx, pod)).To(Succeed())
+
+	g.Eventually(phaseOf(ctx, admin, second)).Should(Equal(held(2)), "the waiter takes over with the next token")
+	g.Expect(phaseOf(ctx, admin, first)()).To(Equal("Released"))
+}
+
+func claim(name, target, repo string, build int64) *buildlockv1.BuildLock {
+	return &buildlockv1.BuildLock{
+		ObjectMeta: metav1.ObjectMeta{Namespace: pipelineNS, Name: name},
+		Spec: buildlockv1.BuildLockSpec{
+			Target: target, Repo: repo, Branch: "main", Build: build,
+			PodRef: &buildlockv1.PodReference{Name: name},
+		},
+	}
+}
+
+func held(token int64) string { return fmt.Sprintf("Held token %d", token) }
+
+// phaseOf returns a poller of a claim's phase, with its token when Held.
+func phaseOf(ctx context.Context, c client.Client, name string) func() string {
+	return func() string {
+		bl := &buildlockv1.BuildLock{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: pipelineNS, Name: name}, bl); err != nil {
+			return err.Error()
+		}
+		if bl.Status.Phase == buildlockv1.PhaseHeld {
+			return held(bl.Status.FencingToken)
+		}
+		return string(bl.Status.Phase)
+	}
+}
+
+// allowed asks the API server whether c's identity may do a.
+func allowed(ctx context.Context, g Gomega, c client.Client, a authorizationv1.ResourceAttributes) bool {
+	review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &a}}
+	g.Expect(c.Create(ctx, review)).To(Succeed())
+	return review.Status.Allowed
+}
+
+func describe(a authorizationv1.ResourceAttributes) string {
+	r := a.Resource
+	if a.Group != "" {
+		r += "." + a.Group
+	}
+	if a.Subresource != "" {
+		r += "/" + a.Subresource
+	}
+	where := "in every namespace"
+	if a.Namespace != "" {
+		where = "in " + a.Namespace
+	}
+	return fmt.Sprintf("%s %s %s", a.Verb, r, where)
+}
+
+func get(g Gomega, url string) string {
+	resp, err := http.Get(url)
+	g.Expect(err).NotTo(HaveOccurred())
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(resp.StatusCode).To(Equal(http.StatusOK), string(body))
+	return string(body)
+}
+
+// chartArgs returns the manager's arguments as the chart's Deployment sets
+// them.
+func chartArgs(t *testing.T, h *helmRunner, values ...string) []string {
+	t.Helper()
+	var d appsv1.Deployment
+	find(t, parseObjects(t, h.template(t, values...)), "Deployment", "buildlock", &d)
+	return d.Spec.Template.Spec.Containers[0].Args
+}
+
+// runningManager is the manager binary running against the local control
+// plane.
+type runningManager struct {
+	cmd                    *exec.Cmd
+	done                   chan error
+	logs                   *syncBuffer
+	metricsAddr, probeAddr string
+	stopped                bool
+}
+
+// startManager runs the manager binary with the chart's arguments, as cfg's
+// identity. Three flags are added after the chart's (the last occurrence of
+// a flag wins): free local ports instead of :8080 and :8081, and the
+// release namespace for leader election, which the manager would read from
+// its pod's ServiceAccount mount in a cluster.
+func startManager(t *testing.T, bin string, args []string, cfg *rest.Config) *runningManager {
+	t.Helper()
+	kubeconfig := filepath.Join(t.TempDir(), "manager.kubeconfig")
+	if err := cluster.WriteKubeconfig(kubeconfig, cfg, &cfg.Impersonate); err != nil {
+		t.Fatal(err)
+	}
+	m := &runningManager{done: make(chan error, 1), logs: &syncBuffer{}, metricsAddr: freeAddr(t), probeAddr: freeAddr(t)}
+	args = append(args,
+		"--metrics-bind-address="+m.metricsAddr,
+		"--health-probe-bind-address="+m.probeAddr,
+		"--leader-election-namespace="+releaseNS,
+	)
+	m.cmd = exec.Command(bin, args...)
+	m.cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+	m.cmd.Stdout, m.cmd.Stderr = m.logs, m.logs
+	if err := m.cmd.Start(); err != nil {
+		t.Fatalf("starting the manager: %v", err)
+	}
+	go func() { m.done <- m.cmd.Wait() }()
+	t.Cleanup(func() {
+		m.stop(t)
+		if t.Failed() {
+			t.Logf("manager logs:\n%s", m.logs.String())
+		}
+	})
+	t.Logf("manager started: %s %s", bin, strings.Join(args, " "))
+	return m
+}
+
+// stop ends the manager as the kubelet would, SIGTERM then SIGKILL, and
+// fails the test if it had exited on its own.
+func (m *runningManager) stop(t *testing.T) {
+	t.Helper()
+	if m.stopped {
+		return
+	}
+	m.stopped = true
+	select {
+	case err := <-m.done:
+		t.Errorf("the manager exited early: %v\n%s", err, m.logs.String())
+		return
+	default:
+	}
+	_ = m.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-m.done:
+		if err != nil {
+			t.Errorf("the manager failed to stop cleanly on SIGTERM: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		_ = m.cmd.Process.Kill()
+		t.Errorf("the manager did not stop within 20s of SIGTERM: %v", <-m.done)
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// allocatedByAPIServer are cluster-scoped resources that the API server
+// fills itself, at its own pace after it starts (the IP address of the
+// kubernetes Service, for one); no chart creates them.
+var allocatedByAPIServer = map[string]bool{"networking.k8s.io/ipaddresses": true, "networking.k8s.io/servicecidrs": true}
+
+// clusterScopedObjects lists every cluster-scoped object the API server
+// serves, as "group/resource/name".
+func clusterScopedObjects(t *testing.T, cfg *rest.Config) map[string]bool {
+	t.Helper()
+	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lists, err := disc.ServerPreferredResources()
+	if err != nil {
+		t.Fatalf("discovering resources: %v", err)
+	}
+	objects := map[string]bool{}
+	for _, list := range lists {
+		gv, err := schema.ParseGroupVersion(list.GroupVersion)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range list.APIResources {
+			if r.Namespaced || strings.Contains(r.Name, "/") || !contains(r.Verbs, "list") || r.Name == "componentstatuses" ||
+				allocatedByAPIServer[gv.Group+"/"+r.Name] {
+				continue
+			}
+			items, err := dyn.Resource(gv.WithResource(r.Name)).List(t.Context(), metav1.ListOptions{})
+			if err != nil {
+				t.Fatalf("listing %s: %v", r.Name, err)
+			}
+			for _, item := range items.Items {
+				objects[gv.Group+"/"+r.Name+"/"+item.GetName()] = true
+			}
+		}
+	}
+	return objects
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

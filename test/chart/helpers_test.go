@@ -1,0 +1,175 @@
+// Package chart tests the Helm chart (charts/buildlock) and the image's build
+// (Dockerfile): rendered manifests against config/ and the API server, and
+// the chart installed on a local control plane with the manager running
+// under the chart's own RBAC. The tests that need helm skip unless $HELM
+// names its binary (`make test-chart` and `make test` set it).
+package chart
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/buildlock/buildlock/internal/testenv"
+)
+
+const (
+	release   = "buildlock"
+	releaseNS = "buildlock-system"
+)
+
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// helmRunner runs the helm binary named by $HELM with its cache, config and
+// data kept in a temporary directory.
+type helmRunner struct {
+	bin, home, root string
+}
+
+// requireHelm returns a helm runner, or skips the test when $HELM is unset.
+func requireHelm(t *testing.T) *helmRunner {
+	t.Helper()
+	bin := os.Getenv("HELM")
+	if bin == "" {
+		t.Skip("HELM is not set: run `make test-chart` (or set HELM to a helm v3 binary) to test the chart")
+	}
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("HELM=%s: %v", bin, err)
+	}
+	return &helmRunner{bin: bin, home: t.TempDir(), root: repoRoot(t)}
+}
+
+// run runs helm in the repository root and returns its standard output; a
+// failure fails the test with helm's output.
+func (h *helmRunner) run(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := h.try(args...)
+	if err != nil {
+		t.Fatalf("helm %s: %v", strings.Join(args, " "), err)
+	}
+	return out
+}
+
+func (h *helmRunner) try(args ...string) (string, error) {
+	cmd := exec.Command(h.bin, args...)
+	cmd.Dir = h.root
+	cmd.Env = append(os.Environ(),
+		"HELM_CACHE_HOME="+filepath.Join(h.home, "cache"),
+		"HELM_CONFIG_HOME="+filepath.Join(h.home, "config"),
+		"HELM_DATA_HOME="+filepath.Join(h.home, "data"),
+	)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("%w\n%s%s", err, stderr.String(), stdout.String())
+	}
+	return stdout.String(), nil
+}
+
+// template renders the chart as release in releaseNS with the given --set
+// values, for the control plane's Kubernetes version.
+func (h *helmRunner) template(t *testing.T, extra ...string) string {
+	t.Helper()
+	args := append([]string{"template", release, "charts/buildlock", "--namespace", releaseNS,
+		"--kube-version", testenv.K8sVersion}, extra...)
+	return h.run(t, args...)
+}
+
+// parseObjects splits a multi-document YAML stream into objects.
+func parseObjects(t *testing.T, manifests string) []*unstructured.Unstructured {
+	t.Helper()
+	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(manifests), 4096)
+	var objs []*unstructured.Unstructured
+	for {
+		var m map[string]any
+		err := dec.Decode(&m)
+		if errors.Is(err, io.EOF) {
+			return objs
+		}
+		if err != nil {
+			t.Fatalf("parsing rendered manifests: %v", err)
+		}
+		if m == nil {
+			continue
+		}
+		objs = append(objs, &unstructured.Unstructured{Object: m})
+	}
+}
+
+// find converts the one object of kind and name (any namespace) into out;
+// it fails the test when there is none.
+func find(t *testing.T, objs []*unstructured.Unstructured, kind, name string, out any) {
+	t.Helper()
+	o := findObj(t, objs, kind, name)
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, out); err != nil {
+		t.Fatalf("converting %s %s: %v", kind, name, err)
+	}
+}
+
+// findObj returns the one object of kind and name (any namespace).
+func findObj(t *testing.T, objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
+	t.Helper()
+	for _, o := range objs {
+		if o.GetKind() == kind && o.GetName() == name {
+			return o
+		}
+	}
+	t.Fatalf("the chart renders no %s %q", kind, name)
+	return nil
+}
+
+func kinds(objs []*unstructured.Unstructured) map[string]int {
+	n := map[string]int{}
+	for _, o := range objs {
+		n[o.GetKind()]++
+	}
+	return n
+}
+
+// readYAML reads one YAML document from a file in the repository into out.
+func readYAML(t *testing.T, rel string, out any) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(repoRoot(t), rel))
+	if err != nil {
+		t.Fatalf("reading %s (run `make manifests` if it is generated): %v", rel, err)
+	}
+	if err := utilyaml.Unmarshal(data, out); err != nil {
+		t.Fatalf("parsing %s: %v", rel, err)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a process's concurrent writes.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

@@ -1,0 +1,204 @@
+package chart
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	. "github.com/onsi/gomega"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
+)
+
+// normalizeRules sorts each rule's lists and the rules themselves, so that
+// two rule sets compare equal when they grant the same verbs on the same
+// resources however they are written.
+func normalizeRules(rules []rbacv1.PolicyRule) []rbacv1.PolicyRule {
+	out := make([]rbacv1.PolicyRule, 0, len(rules))
+	for _, r := range rules {
+		r = *r.DeepCopy()
+		for _, l := range [][]string{r.APIGroups, r.Resources, r.Verbs, r.ResourceNames, r.NonResourceURLs} {
+			slices.Sort(l)
+		}
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b rbacv1.PolicyRule) int {
+		return strings.Compare(ruleKey(a), ruleKey(b))
+	})
+	return out
+}
+
+func ruleKey(r rbacv1.PolicyRule) string {
+	return strings.Join([]string{
+		strings.Join(r.APIGroups, ","), strings.Join(r.Resources, ","), strings.Join(r.ResourceNames, ","),
+		strings.Join(r.NonResourceURLs, ","), strings.Join(r.Verbs, ","),
+	}, "|")
+}
+
+// TestRenderedRBACMatchesConfig proves that the chart grants the manager
+// exactly the rules generated from the reconciler's RBAC markers
+// (config/rbac/role.yaml), and pipelines exactly config/rbac/pipeline_role.yaml's,
+// in every namespace mode. `make verify-chart` runs it.
+func TestRenderedRBACMatchesConfig(t *testing.T) {
+	h := requireHelm(t)
+	var generated, pipeline rbacv1.ClusterRole
+	readYAML(t, "config/rbac/role.yaml", &generated)
+	readYAML(t, "config/rbac/pipeline_role.yaml", &pipeline)
+
+	for name, values := range map[string][]string{
+		"all namespaces":       nil,
+		"watched namespaces":   {"--set", "watchNamespaces={ci,team-a}"},
+		"another release name": {"--set", "fullnameOverride=lock-operator"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			objs := parseObjects(t, h.template(t, values...))
+			fullname := "buildlock"
+			if slices.Contains(values, "fullnameOverride=lock-operator") {
+				fullname = "lock-operator"
+			}
+
+			var manager, pipe rbacv1.ClusterRole
+			find(t, objs, "ClusterRole", fullname+"-manager", &manager)
+			g.Expect(normalizeRules(manager.Rules)).To(Equal(normalizeRules(generated.Rules)),
+				"the chart's manager ClusterRole must grant exactly config/rbac/role.yaml's rules; run `make chart-sync`")
+			find(t, objs, "ClusterRole", fullname+"-pipeline", &pipe)
+			g.Expect(normalizeRules(pipe.Rules)).To(Equal(normalizeRules(pipeline.Rules)),
+				"the chart's pipeline ClusterRole must grant exactly config/rbac/pipeline_role.yaml's rules; run `make chart-sync`")
+			for _, r := range pipe.Rules {
+				g.Expect(r.Resources).NotTo(ContainElement(HaveSuffix("/status")), "pipelines must not write verdicts")
+			}
+		})
+	}
+}
+
+// TestRenderedChartCRDsMatchConfig proves that the chart installs the CRD
+// generated from api/ (byte for byte, as `make chart-sync` copies it).
+func TestRenderedChartCRDsMatchConfig(t *testing.T) {
+	root := repoRoot(t)
+	want, err := filepath.Glob(filepath.Join(root, "config", "crd", "bases", "*.yaml"))
+	if err != nil || len(want) == 0 {
+		t.Fatalf("no CRDs in config/crd/bases: %v", err)
+	}
+	got, _ := filepath.Glob(filepath.Join(root, "charts", "buildlock", "crds", "*.yaml"))
+	if len(got) != len(want) {
+		t.Fatalf("charts/buildlock/crds has %d files, config/crd/bases %d; run `make chart-sync`", len(got), len(want))
+	}
+	for _, w := range want {
+		a, _ := os.ReadFile(w)
+		b, err := os.ReadFile(filepath.Join(root, "charts", "buildlock", "crds", filepath.Base(w)))
+		if err != nil || string(a) != string(b) {
+			t.Errorf("charts/buildlock/crds/%s differs from config/crd/bases; run `make chart-sync`", filepath.Base(w))
+		}
+	}
+}
+
+// TestRenderedChartValues checks what each value is for, on the rendered
+// manifests.
+func TestRenderedChartValues(t *testing.T) {
+	h := requireHelm(t)
+
+	t.Run("defaults: one leader-elected replica, restricted security context, probes, cluster-wide binding", func(t *testing.T) {
+		g := NewWithT(t)
+		objs := parseObjects(t, h.template(t))
+		g.Expect(kinds(objs)).To(Equal(map[string]int{
+			"ServiceAccount": 1, "ClusterRole": 2, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1,
+			"Service": 1, "Deployment": 1,
+		}))
+		var d appsv1.Deployment
+		find(t, objs, "Deployment", "buildlock", &d)
+		g.Expect(d.Spec.Replicas).To(Equal(ptr.To[int32](1)))
+		pod := d.Spec.Template.Spec
+		g.Expect(pod.ServiceAccountName).To(Equal("buildlock"))
+		g.Expect(pod.Containers).To(HaveLen(1))
+		c := pod.Containers[0]
+		g.Expect(c.Args).To(ContainElements("--leader-elect=true", "--metrics-bind-address=:8080", "--health-probe-bind-address=:8081"))
+		g.Expect(c.Args).NotTo(ContainElement(HavePrefix("--namespaces")))
+		g.Expect(c.LivenessProbe.HTTPGet.Path).To(Equal("/healthz"))
+		g.Expect(c.ReadinessProbe.HTTPGet.Path).To(Equal("/readyz"))
+		g.Expect(c.Ports).To(ContainElement(corev1.ContainerPort{Name: "health", ContainerPort: 8081, Protocol: corev1.ProtocolTCP}))
+		g.Expect(c.Resources.Requests).NotTo(BeEmpty())
+		g.Expect(c.Resources.Limits).NotTo(BeEmpty())
+
+		sc := c.SecurityContext
+		g.Expect(sc.RunAsNonRoot).To(Equal(ptr.To(true)))
+		g.Expect(sc.AllowPrivilegeEscalation).To(Equal(ptr.To(false)))
+		g.Expect(sc.ReadOnlyRootFilesystem).To(Equal(ptr.To(true)))
+		g.Expect(sc.Capabilities.Drop).To(Equal([]corev1.Capability{"ALL"}))
+		g.Expect(sc.SeccompProfile.Type).To(Equal(corev1.SeccompProfileTypeRuntimeDefault))
+		g.Expect(pod.SecurityContext.RunAsUser).To(Equal(ptr.To[int64](65532)), "the image's USER")
+
+		var crb rbacv1.ClusterRoleBinding
+		find(t, objs, "ClusterRoleBinding", "buildlock-manager", &crb)
+		g.Expect(crb.RoleRef.Name).To(Equal("buildlock-manager"))
+		g.Expect(crb.Subjects).To(Equal([]rbacv1.Subject{{Kind: "ServiceAccount", Name: "buildlock", Namespace: releaseNS}}))
+
+		var svc corev1.Service
+		find(t, objs, "Service", "buildlock-metrics", &svc)
+		g.Expect(svc.Spec.Selector).To(Equal(d.Spec.Selector.MatchLabels))
+		g.Expect(d.Spec.Template.Labels).To(HaveKeyWithValue("app.kubernetes.io/name", "buildlock"))
+	})
+
+	t.Run("watchNamespaces: --namespaces and a RoleBinding per namespace instead of a ClusterRoleBinding", func(t *testing.T) {
+		g := NewWithT(t)
+		objs := parseObjects(t, h.template(t, "--set", "watchNamespaces={ci,team-a}"))
+		g.Expect(kinds(objs)).NotTo(HaveKey("ClusterRoleBinding"))
+		var d appsv1.Deployment
+		find(t, objs, "Deployment", "buildlock", &d)
+		g.Expect(d.Spec.Template.Spec.Containers[0].Args).To(ContainElement("--namespaces=ci,team-a"))
+		var namespaces []string
+		for _, o := range objs {
+			if o.GetKind() == "RoleBinding" && o.GetName() == "buildlock-manager" {
+				namespaces = append(namespaces, o.GetNamespace())
+				roleRef, _, _ := unstructured.NestedStringMap(o.Object, "roleRef")
+				g.Expect(roleRef).To(HaveKeyWithValue("name", "buildlock-manager"))
+			}
+		}
+		g.Expect(namespaces).To(ConsistOf("ci", "team-a"))
+	})
+
+	t.Run("image, replicas, scheduling, extra args, PDB and ServiceMonitor values", func(t *testing.T) {
+		g := NewWithT(t)
+		objs := parseObjects(t, h.template(t,
+			"--set", "image.repository=registry.example/buildlock", "--set", "image.tag=v9.9.9", "--set", "image.pullPolicy=Always",
+			"--set", "replicaCount=2", "--set", "podDisruptionBudget.enabled=true",
+			"--set", "nodeSelector.pool=ops", "--set", "tolerations[0].key=ops", "--set", "tolerations[0].operator=Exists",
+			"--set", "extraArgs={--zap-encoder=console}", "--set", "finishedTTL=30m", "--set", "maxHold=2h",
+			"--set", "serviceMonitor.enabled=true", "--set", "serviceMonitor.labels.release=prom",
+			"--set", "pipelineRole.aggregateToEdit=false",
+		))
+		var d appsv1.Deployment
+		find(t, objs, "Deployment", "buildlock", &d)
+		c := d.Spec.Template.Spec.Containers[0]
+		g.Expect(c.Image).To(Equal("registry.example/buildlock:v9.9.9"))
+		g.Expect(c.ImagePullPolicy).To(Equal(corev1.PullAlways))
+		g.Expect(d.Spec.Replicas).To(Equal(ptr.To[int32](2)))
+		g.Expect(d.Spec.Template.Spec.NodeSelector).To(Equal(map[string]string{"pool": "ops"}))
+		g.Expect(d.Spec.Template.Spec.Tolerations).To(HaveLen(1))
+		g.Expect(c.Args).To(ContainElements("--zap-encoder=console", "--finished-ttl=30m", "--max-hold=2h", "--leader-elect=true"))
+		g.Expect(kinds(objs)).To(HaveKeyWithValue("PodDisruptionBudget", 1))
+
+		sm := findObj(t, objs, "ServiceMonitor", "buildlock")
+		g.Expect(sm.GetLabels()).To(HaveKeyWithValue("release", "prom"))
+		sel, _, _ := unstructured.NestedStringMap(sm.Object, "spec", "selector", "matchLabels")
+		var svc corev1.Service
+		find(t, objs, "Service", "buildlock-metrics", &svc)
+		for k, v := range sel {
+			g.Expect(svc.Labels).To(HaveKeyWithValue(k, v), "the ServiceMonitor must select the metrics Service")
+		}
+
+		var pipe rbacv1.ClusterRole
+		find(t, objs, "ClusterRole", "buildlock-pipeline", &pipe)
+		g.Expect(pipe.Labels).NotTo(HaveKey("rbac.authorization.k8s.io/aggregate-to-edit"))
+	})
+
+	t.Run("helm lint --strict passes", func(t *testing.T) {
+		h.run(t, "lint", "--strict", "charts/buildlock")
+	})
+}
