@@ -65,6 +65,9 @@ test: manifests generate fmt vet envtest ## Build missing tools, regenerate, and
 .PHONY: fuzz
 fuzz: ## Fuzz every parser and the arbiter, FUZZTIME each.
 	go test ./internal/arbiter -run '^$$' -fuzz '^FuzzDecide$$' -fuzztime $(FUZZTIME)
+	go test ./pkg/lock -run '^$$' -fuzz '^FuzzName$$' -fuzztime $(FUZZTIME)
+	go test ./pkg/lock -run '^$$' -fuzz '^FuzzDetectCI$$' -fuzztime $(FUZZTIME)
+	go test ./cmd/kubectl-buildlock -run '^$$' -fuzz '^FuzzParseAcquire$$' -fuzztime $(FUZZTIME)
 
 .PHONY: lint
 lint: $(GOLANGCI_LINT) ## Run golangci-lint with .golangci.yml.

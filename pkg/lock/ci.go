@@ -1,0 +1,130 @@
+package lock
+
+import (
+	"net/url"
+	"strconv"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// The CI systems DetectCI knows, as CI.System names them.
+const (
+	CIGitHubActions = "GitHub Actions"
+	CIGitLab        = "GitLab CI"
+	CITekton        = "Tekton/Jenkins X"
+	CIJenkins       = "Jenkins"
+)
+
+// CI is what DetectCI found in the environment. A field it could not find
+// (or parse) is left zero.
+type CI struct {
+	// System is the CI system the build's identity came from, "" if none.
+	System string
+	Repo   string
+	Branch string
+	Build  int64
+	// Pod is the pod this process runs in (its HOSTNAME), set only when it
+	// runs in a Kubernetes pod (KUBERNETES_SERVICE_HOST is set).
+	Pod string
+}
+
+// DetectCI reads a build's identity from the usual CI variables in env. The
+// first system whose marker is set wins, in this order:
+//
+//   - GitHub Actions (GITHUB_ACTIONS or GITHUB_REPOSITORY): repo
+//     GITHUB_REPOSITORY, branch GITHUB_REF_NAME, build GITHUB_RUN_NUMBER;
+//   - GitLab CI (GITLAB_CI or CI_PROJECT_PATH): repo CI_PROJECT_PATH, branch
+//     CI_COMMIT_REF_NAME, build CI_PIPELINE_IID;
+//   - Tekton and Jenkins X (REPO_OWNER and REPO_NAME): repo
+//     REPO_OWNER/REPO_NAME, branch BRANCH_NAME, build BUILD_NUMBER;
+//   - Jenkins (JENKINS_URL, or JOB_NAME with BUILD_NUMBER): repo from
+//     JOB_NAME (a multibranch job's trailing branch segment dropped, a
+//     single-segment job name prefixed with "jenkins/"), branch BRANCH_NAME
+//     or else GIT_BRANCH without "origin/", build BUILD_NUMBER.
+//
+// Independently, HOSTNAME is the pod when KUBERNETES_SERVICE_HOST is set and
+// HOSTNAME is a valid pod name. DetectCI is a pure function of env.
+func DetectCI(env map[string]string) CI {
+	get := func(key string) string { return strings.TrimSpace(env[key]) }
+	var ci CI
+	switch {
+	case get("GITHUB_ACTIONS") == "true" || get("GITHUB_REPOSITORY") != "":
+		ci = CI{System: CIGitHubActions, Repo: get("GITHUB_REPOSITORY"), Branch: get("GITHUB_REF_NAME"), Build: parseBuild(get("GITHUB_RUN_NUMBER"))}
+	case get("GITLAB_CI") == "true" || get("CI_PROJECT_PATH") != "":
+		ci = CI{System: CIGitLab, Repo: get("CI_PROJECT_PATH"), Branch: get("CI_COMMIT_REF_NAME"), Build: parseBuild(get("CI_PIPELINE_IID"))}
+	case get("REPO_OWNER") != "" && get("REPO_NAME") != "":
+		ci = CI{System: CITekton, Repo: get("REPO_OWNER") + "/" + get("REPO_NAME"), Branch: get("BRANCH_NAME"), Build: parseBuild(get("BUILD_NUMBER"))}
+	case get("JENKINS_URL") != "" || (get("JOB_NAME") != "" && get("BUILD_NUMBER") != ""):
+		branch := get("BRANCH_NAME")
+		if branch == "" {
+			branch = strings.TrimPrefix(get("GIT_BRANCH"), "origin/")
+		}
+		ci = CI{System: CIJenkins, Repo: jenkinsRepo(get("JOB_NAME"), branch), Branch: branch, Build: parseBuild(get("BUILD_NUMBER"))}
+	}
+	if get("KUBERNETES_SERVICE_HOST") != "" {
+		if host := get("HOSTNAME"); host != "" && len(validation.IsDNS1123Subdomain(host)) == 0 {
+			ci.Pod = host
+		}
+	}
+	return ci
+}
+
+// parseBuild returns s as a build number, or 0 when it is not one.
+func parseBuild(s string) int64 {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 1 {
+		return 0
+	}
+	return n
+}
+
+// jenkinsRepo turns a Jenkins JOB_NAME into owner/name. A multibranch
+// pipeline's JOB_NAME is "<folder>/<repo>/<branch>" with the branch
+// URL-encoded ("feature%2Fx"); the branch segment is dropped. Characters
+// the API does not accept in a repo become '-'; a single-segment job name
+// becomes "jenkins/<job>".
+func jenkinsRepo(job, branch string) string {
+	var segments []string
+	for seg := range strings.SplitSeq(job, "/") {
+		if decoded, err := url.PathUnescape(seg); err == nil {
+			seg = decoded
+		}
+		segments = append(segments, seg)
+	}
+	if branch != "" && len(segments) > 1 && segments[len(segments)-1] == branch {
+		segments = segments[:len(segments)-1]
+	}
+	kept := segments[:0]
+	for _, seg := range segments {
+		if seg = sanitizeRepoSegment(seg); seg != "" {
+			kept = append(kept, seg)
+		}
+	}
+	switch len(kept) {
+	case 0:
+		return ""
+	case 1:
+		return "jenkins/" + kept[0]
+	}
+	return strings.Join(kept, "/")
+}
+
+// sanitizeRepoSegment turns every run of characters other than letters,
+// digits, '_', '.' and '-' into one '-', trimmed at both ends.
+func sanitizeRepoSegment(s string) string {
+	var b strings.Builder
+	dash := false
+	for _, r := range s {
+		if ('a' <= r && r <= 'z') || ('A' <= r && r <= 'Z') || ('0' <= r && r <= '9') || r == '_' || r == '.' || r == '-' {
+			if dash && b.Len() > 0 {
+				b.WriteByte('-')
+			}
+			dash = false
+			b.WriteRune(r)
+			continue
+		}
+		dash = true
+	}
+	return strings.Trim(b.String(), "-")
+}

@@ -1,0 +1,112 @@
+package lock
+
+import (
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+func TestDetectCI(t *testing.T) {
+	tests := map[string]struct {
+		env  map[string]string
+		want CI
+	}{
+		"no CI variables give nothing": {
+			env:  map[string]string{"HOME": "/root", "HOSTNAME": "laptop"},
+			want: CI{},
+		},
+		"GitHub Actions": {
+			env: map[string]string{"GITHUB_ACTIONS": "true", "GITHUB_REPOSITORY": "acme/shop",
+				"GITHUB_REF_NAME": "main", "GITHUB_RUN_NUMBER": "42", "GITHUB_RUN_ATTEMPT": "2"},
+			want: CI{System: CIGitHubActions, Repo: "acme/shop", Branch: "main", Build: 42},
+		},
+		"GitHub Actions on a self-hosted runner pod names the pod": {
+			env: map[string]string{"GITHUB_ACTIONS": "true", "GITHUB_REPOSITORY": "acme/shop", "GITHUB_REF_NAME": "main",
+				"GITHUB_RUN_NUMBER": "7", "KUBERNETES_SERVICE_HOST": "10.0.0.1", "HOSTNAME": "runner-abc12"},
+			want: CI{System: CIGitHubActions, Repo: "acme/shop", Branch: "main", Build: 7, Pod: "runner-abc12"},
+		},
+		"GitLab CI with a nested group": {
+			env: map[string]string{"GITLAB_CI": "true", "CI_PROJECT_PATH": "acme/web/shop",
+				"CI_COMMIT_REF_NAME": "feature/cart", "CI_PIPELINE_IID": "311", "CI_PIPELINE_ID": "987654"},
+			want: CI{System: CIGitLab, Repo: "acme/web/shop", Branch: "feature/cart", Build: 311},
+		},
+		"Tekton or Jenkins X in a pod": {
+			env: map[string]string{"REPO_OWNER": "acme", "REPO_NAME": "shop", "BRANCH_NAME": "PR-12",
+				"BUILD_NUMBER": "3", "KUBERNETES_SERVICE_HOST": "10.0.0.1", "HOSTNAME": "shop-pr-12-3-deploy-pod"},
+			want: CI{System: CITekton, Repo: "acme/shop", Branch: "PR-12", Build: 3, Pod: "shop-pr-12-3-deploy-pod"},
+		},
+		"a Jenkins multibranch job drops its branch segment": {
+			env: map[string]string{"JENKINS_URL": "https://ci.example.com/", "JOB_NAME": "acme/shop/feature%2Fcart",
+				"BRANCH_NAME": "feature/cart", "BUILD_NUMBER": "19"},
+			want: CI{System: CIJenkins, Repo: "acme/shop", Branch: "feature/cart", Build: 19},
+		},
+		"a plain Jenkins job takes its branch from GIT_BRANCH": {
+			env:  map[string]string{"JENKINS_URL": "https://ci.example.com/", "JOB_NAME": "Deploy Shop", "GIT_BRANCH": "origin/main", "BUILD_NUMBER": "5"},
+			want: CI{System: CIJenkins, Repo: "jenkins/Deploy-Shop", Branch: "main", Build: 5},
+		},
+		"GitHub wins over variables that a Jenkins agent left": {
+			env: map[string]string{"GITHUB_REPOSITORY": "acme/shop", "GITHUB_REF_NAME": "main", "GITHUB_RUN_NUMBER": "1",
+				"JOB_NAME": "x", "BUILD_NUMBER": "99"},
+			want: CI{System: CIGitHubActions, Repo: "acme/shop", Branch: "main", Build: 1},
+		},
+		"a build number that is not one is left out": {
+			env:  map[string]string{"GITLAB_CI": "true", "CI_PROJECT_PATH": "a/b", "CI_COMMIT_REF_NAME": "main", "CI_PIPELINE_IID": "abc"},
+			want: CI{System: CIGitLab, Repo: "a/b", Branch: "main"},
+		},
+		"HOSTNAME outside a pod is not a pod": {
+			env:  map[string]string{"HOSTNAME": "runner-1"},
+			want: CI{},
+		},
+		"a HOSTNAME that is no pod name is ignored": {
+			env:  map[string]string{"KUBERNETES_SERVICE_HOST": "10.0.0.1", "HOSTNAME": "My_Laptop"},
+			want: CI{},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := DetectCI(tc.env); got != tc.want {
+				t.Errorf("DetectCI() = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// FuzzDetectCI feeds arbitrary values to the variables DetectCI reads and
+// checks that what it returns is usable: no panic, builds are positive or
+// zero, a pod is a pod name, and a repo derived from a Jenkins job name is
+// one the API accepts.
+func FuzzDetectCI(f *testing.F) {
+	f.Add("GITHUB_REPOSITORY", "acme/shop", "main", "42", "runner-0")
+	f.Add("CI_PROJECT_PATH", "group/sub/name", "feature/x", "311", "")
+	f.Add("REPO_OWNER", "acme", "PR-1", "3", "pod-1")
+	f.Add("JOB_NAME", "folder/repo/feature%2Fx", "feature/x", "19", "")
+	f.Add("JOB_NAME", "%zz/%2F/ /", "", "-1", "Bad_Host")
+	f.Fuzz(func(t *testing.T, marker, value, branch, build, host string) {
+		env := map[string]string{
+			marker: value, "REPO_NAME": value, "JENKINS_URL": "x",
+			"GITHUB_REF_NAME": branch, "CI_COMMIT_REF_NAME": branch, "BRANCH_NAME": branch,
+			"GITHUB_RUN_NUMBER": build, "CI_PIPELINE_IID": build, "BUILD_NUMBER": build,
+			"KUBERNETES_SERVICE_HOST": "10.0.0.1", "HOSTNAME": host,
+		}
+		ci := DetectCI(env)
+		if ci.Build < 0 {
+			t.Errorf("negative build %d", ci.Build)
+		}
+		if ci.Pod != "" && len(validation.IsDNS1123Subdomain(ci.Pod)) > 0 {
+			t.Errorf("pod %q is not a pod name", ci.Pod)
+		}
+		if ci.System == CIJenkins && ci.Repo != "" && !repoPattern.MatchString(ci.Repo) {
+			t.Errorf("Jenkins repo %q from JOB_NAME %q is not owner/name", ci.Repo, env["JOB_NAME"])
+		}
+		if ci.System == "" && (ci.Repo != "" || ci.Branch != "" || ci.Build != 0) {
+			t.Errorf("identity %+v without a CI system", ci)
+		}
+		if ci != DetectCI(env) {
+			t.Error("DetectCI is not deterministic")
+		}
+		if strings.TrimSpace(ci.Repo) != ci.Repo || strings.TrimSpace(ci.Branch) != ci.Branch {
+			t.Errorf("untrimmed values in %+v", ci)
+		}
+	})
+}
