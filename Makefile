@@ -117,7 +117,7 @@ $(GOLANGCI_LINT):
 
 # go-install-tool installs package $(2) at version $(3) as the versioned file $(1).
 define go-install-tool
-@set -e; tmp=$$(mktemp -d); \
+@set -e; mkdir -p $(LOCALBIN); tmp=$$(mktemp -d); \
 echo "Installing $(2)@$(3)"; \
 GOBIN=$$tmp go install $(2)@$(3); \
 mv $$tmp/$$(basename $(2)) $(1); rm -rf $$tmp
