@@ -11,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
 	"github.com/buildlock/buildlock/internal/arbiter"
@@ -32,6 +31,9 @@ type observation struct {
 	claims []buildlockv1.BuildLock
 	lease  *coordinationv1.Lease // nil when the lock has never been granted
 	pods   map[string]arbiter.PodState
+	// podErr is the first error reading a pod: that pod is unknown (alive to
+	// the arbiter), and the lock must be looked at again once it can be read.
+	podErr error
 }
 
 // listClaims lists the BuildLocks of one lock through reader (the cache, or
@@ -60,38 +62,43 @@ func getLease(ctx context.Context, reader client.Reader, lock arbiter.Lock) (*co
 // observePods reads, live, the pod of every claim that can still change and
 // has a podRef and no entry in known. A pod counts as gone only when the API
 // server says so (NotFound, or another UID); any other error leaves it
-// unknown, which the arbiter treats as alive.
-func observePods(ctx context.Context, reader client.Reader, claims []buildlockv1.BuildLock, known map[string]arbiter.PodState) map[string]arbiter.PodState {
+// unknown, which the arbiter treats as alive, and is returned so that the
+// lock is decided again.
+func observePods(ctx context.Context, reader client.Reader, claims []buildlockv1.BuildLock, known map[string]arbiter.PodState) (map[string]arbiter.PodState, error) {
 	states := make(map[string]arbiter.PodState, len(claims))
+	var firstErr error
 	for i := range claims {
 		bl := &claims[i]
 		if bl.Spec.PodRef == nil || bl.Status.Phase.IsTerminal() {
 			continue
 		}
-		if s, ok := known[bl.Name]; ok {
+		if s, ok := known[bl.Name]; ok && s != arbiter.PodUnknown {
 			states[bl.Name] = s
 			continue
 		}
-		states[bl.Name] = readPodState(ctx, reader, bl)
+		s, err := readPodState(ctx, reader, bl)
+		states[bl.Name] = s
+		if err != nil && firstErr == nil {
+			firstErr = err
+		}
 	}
-	return states
+	return states, firstErr
 }
 
-func readPodState(ctx context.Context, reader client.Reader, bl *buildlockv1.BuildLock) arbiter.PodState {
+func readPodState(ctx context.Context, reader client.Reader, bl *buildlockv1.BuildLock) (arbiter.PodState, error) {
 	var pod corev1.Pod
 	err := reader.Get(ctx, types.NamespacedName{Namespace: bl.Namespace, Name: bl.Spec.PodRef.Name}, &pod)
 	switch {
 	case apierrors.IsNotFound(err):
-		return arbiter.PodGone
+		return arbiter.PodGone, nil
 	case err != nil:
-		logf.FromContext(ctx).Info("Could not read pod; treating it as alive", "pod", bl.Spec.PodRef.Name, "buildLock", bl.Name, "error", err.Error())
-		return arbiter.PodUnknown
+		return arbiter.PodUnknown, fmt.Errorf("reading pod %s/%s of BuildLock %s: %w", bl.Namespace, bl.Spec.PodRef.Name, bl.Name, err)
 	case bl.Spec.PodRef.UID != "" && string(pod.UID) != bl.Spec.PodRef.UID:
-		return arbiter.PodGone
+		return arbiter.PodGone, nil
 	case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
-		return arbiter.PodFinished
+		return arbiter.PodFinished, nil
 	default:
-		return arbiter.PodAlive
+		return arbiter.PodAlive, nil
 	}
 }
 

@@ -96,6 +96,12 @@ func (r *LockReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if err != nil {
 		return r.retryOnRace(ctx, err)
 	}
+	if obs.podErr != nil {
+		// The decision was safe (an unknown pod counts as alive), but a pod
+		// that ended may be hiding behind the error: look again, with the
+		// workqueue's backoff.
+		return ctrl.Result{}, obs.podErr
+	}
 	return ctrl.Result{RequeueAfter: untilEarliest(now, decision.NextLook, next)}, nil
 }
 
@@ -110,7 +116,8 @@ func (r *LockReconciler) observe(ctx context.Context, reader client.Reader, lock
 	if err != nil {
 		return observation{}, err
 	}
-	return observation{claims: claims, lease: lease, pods: observePods(ctx, r.APIReader, claims, knownPods)}, nil
+	pods, podErr := observePods(ctx, r.APIReader, claims, knownPods)
+	return observation{claims: claims, lease: lease, pods: pods, podErr: podErr}, nil
 }
 
 func (r *LockReconciler) decide(lock arbiter.Lock, obs observation, now time.Time) arbiter.Decision {
