@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -24,6 +25,9 @@ const targetField = "spec.target"
 // podRefField indexes BuildLocks by spec.podRef.name, to map pod events to
 // the locks they concern.
 const podRefField = "spec.podRef.name"
+
+// maxConcurrentPodReads bounds the live pod reads of one reconcile.
+const maxConcurrentPodReads = 8
 
 // observation is what one reconcile saw of one lock: the claims, the grant
 // record, and what is known of each claim's pod.
@@ -65,8 +69,13 @@ func getLease(ctx context.Context, reader client.Reader, lock arbiter.Lock) (*co
 // unknown, which the arbiter treats as alive, and is returned so that the
 // lock is decided again.
 func observePods(ctx context.Context, reader client.Reader, claims []buildlockv1.BuildLock, known map[string]arbiter.PodState) (map[string]arbiter.PodState, error) {
+	type read struct {
+		claim string
+		state arbiter.PodState
+		err   error
+	}
 	states := make(map[string]arbiter.PodState, len(claims))
-	var firstErr error
+	var toRead []*buildlockv1.BuildLock
 	for i := range claims {
 		bl := &claims[i]
 		if bl.Spec.PodRef == nil || bl.Status.Phase.IsTerminal() {
@@ -76,10 +85,29 @@ func observePods(ctx context.Context, reader client.Reader, claims []buildlockv1
 			states[bl.Name] = s
 			continue
 		}
-		s, err := readPodState(ctx, reader, bl)
-		states[bl.Name] = s
-		if err != nil && firstErr == nil {
-			firstErr = err
+		toRead = append(toRead, bl)
+	}
+	// A lock has few live claims (a holder, a waiter, new arrivals): read
+	// their pods at once rather than one round trip after another.
+	// A few at a time: a burst of new claims on one target must not become
+	// a burst of requests.
+	reads := make([]read, len(toRead))
+	slots := make(chan struct{}, maxConcurrentPodReads)
+	var wg sync.WaitGroup
+	for i, bl := range toRead {
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			s, err := readPodState(ctx, reader, bl)
+			reads[i] = read{claim: bl.Name, state: s, err: err}
+		})
+	}
+	wg.Wait()
+	var firstErr error
+	for _, r := range reads {
+		states[r.claim] = r.state
+		if r.err != nil && firstErr == nil {
+			firstErr = r.err
 		}
 	}
 	return states, firstErr

@@ -10,6 +10,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -75,7 +76,7 @@ func (r *LockReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if decision.GrantChanged {
 		// The cache may be stale: decide again on a live read, and record the
 		// grant only if the Lease is still what that read returned.
-		if obs, err = r.observe(ctx, r.APIReader, lock, obs.pods); err != nil {
+		if obs, err = r.observeLive(ctx, lock, obs); err != nil {
 			return ctrl.Result{}, err
 		}
 		decision = r.decide(lock, obs, now)
@@ -105,19 +106,39 @@ func (r *LockReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	return ctrl.Result{RequeueAfter: untilEarliest(now, decision.NextLook, next)}, nil
 }
 
-// observe gathers one lock's claims (through reader), its grant Lease (always
-// live: the grant is the one input that must never be stale) and its pods.
+// observe gathers one lock's claims (through reader), its grant Lease and
+// its pods. The Lease and the pods are always read live (the grant is the one
+// input that must never be stale, and a pod counts as gone only on the API
+// server's word), concurrently, since a hand-off waits on these reads.
 func (r *LockReconciler) observe(ctx context.Context, reader client.Reader, lock arbiter.Lock, knownPods map[string]arbiter.PodState) (observation, error) {
 	claims, err := listClaims(ctx, reader, lock)
 	if err != nil {
 		return observation{}, err
 	}
-	lease, err := getLease(ctx, r.APIReader, lock)
+	var (
+		obs      = observation{claims: claims}
+		leaseErr error
+		wg       sync.WaitGroup
+	)
+	wg.Go(func() { obs.lease, leaseErr = getLease(ctx, r.APIReader, lock) })
+	obs.pods, obs.podErr = observePods(ctx, r.APIReader, claims, knownPods)
+	wg.Wait()
+	if leaseErr != nil {
+		return observation{}, leaseErr
+	}
+	return obs, nil
+}
+
+// observeLive re-reads the lock's claims from the API server before a grant
+// changes, keeping the Lease just read live (its resourceVersion guards the
+// grant's compare-and-swap) and the pods already observed.
+func (r *LockReconciler) observeLive(ctx context.Context, lock arbiter.Lock, cached observation) (observation, error) {
+	claims, err := listClaims(ctx, r.APIReader, lock)
 	if err != nil {
 		return observation{}, err
 	}
-	pods, podErr := observePods(ctx, r.APIReader, claims, knownPods)
-	return observation{claims: claims, lease: lease, pods: pods, podErr: podErr}, nil
+	pods, podErr := observePods(ctx, r.APIReader, claims, cached.pods)
+	return observation{claims: claims, lease: cached.lease, pods: pods, podErr: podErr}, nil
 }
 
 func (r *LockReconciler) decide(lock arbiter.Lock, obs observation, now time.Time) arbiter.Decision {
