@@ -67,7 +67,7 @@ func (r *LockReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	// keeps a decision's fixed point across a round trip.
 	now := r.Clock.Now().Truncate(time.Microsecond)
 
-	obs, err := r.observe(ctx, r.Client, lock, nil)
+	obs, err := r.observe(ctx, lock)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -106,12 +106,12 @@ func (r *LockReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	return ctrl.Result{RequeueAfter: untilEarliest(now, decision.NextLook, next)}, nil
 }
 
-// observe gathers one lock's claims (through reader), its grant Lease and
+// observe gathers one lock's claims (from the cache), its grant Lease and
 // its pods. The Lease and the pods are always read live (the grant is the one
 // input that must never be stale, and a pod counts as gone only on the API
 // server's word), concurrently, since a hand-off waits on these reads.
-func (r *LockReconciler) observe(ctx context.Context, reader client.Reader, lock arbiter.Lock, knownPods map[string]arbiter.PodState) (observation, error) {
-	claims, err := listClaims(ctx, reader, lock)
+func (r *LockReconciler) observe(ctx context.Context, lock arbiter.Lock) (observation, error) {
+	claims, err := listClaims(ctx, r.Client, lock)
 	if err != nil {
 		return observation{}, err
 	}
@@ -121,7 +121,7 @@ func (r *LockReconciler) observe(ctx context.Context, reader client.Reader, lock
 		wg       sync.WaitGroup
 	)
 	wg.Go(func() { obs.lease, leaseErr = getLease(ctx, r.APIReader, lock) })
-	obs.pods, obs.podErr = observePods(ctx, r.APIReader, claims, knownPods)
+	obs.pods, obs.podErr = observePods(ctx, r.APIReader, claims, nil)
 	wg.Wait()
 	if leaseErr != nil {
 		return observation{}, leaseErr
