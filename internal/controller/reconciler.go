@@ -106,39 +106,47 @@ func (r *LockReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	return ctrl.Result{RequeueAfter: untilEarliest(now, decision.NextLook, next)}, nil
 }
 
-// observe gathers one lock's claims (from the cache), its grant Lease and
-// its pods. The Lease and the pods are always read live (the grant is the one
-// input that must never be stale, and a pod counts as gone only on the API
-// server's word), concurrently, since a hand-off waits on these reads.
+// observe gathers one lock's claims from the cache, then its grant Lease
+// and its pods, live: the grant is the one input that must never be stale,
+// and a pod counts as gone only on the API server's word.
 func (r *LockReconciler) observe(ctx context.Context, lock arbiter.Lock) (observation, error) {
 	claims, err := listClaims(ctx, r.Client, lock)
 	if err != nil {
 		return observation{}, err
 	}
+	return r.observeGrantAndPods(ctx, lock, claims, nil)
+}
+
+// observeLive re-reads the lock's claims from the API server before a grant
+// changes, and then the Lease. The grant must never be older than the claims
+// it is decided with: a grant read before the claims would make a hold
+// granted meanwhile (by another manager) look lost, and release a live holder
+// with a status write that no compare-and-swap stops, since that decision
+// changes no grant. The pods already observed are kept.
+func (r *LockReconciler) observeLive(ctx context.Context, lock arbiter.Lock, cached observation) (observation, error) {
+	claims, err := listClaims(ctx, r.APIReader, lock)
+	if err != nil {
+		return observation{}, err
+	}
+	return r.observeGrantAndPods(ctx, lock, claims, cached.pods)
+}
+
+// observeGrantAndPods reads the Lease and the claims' pods live and at once:
+// a hand-off waits on these reads. Both are read after the claims (see
+// observeLive).
+func (r *LockReconciler) observeGrantAndPods(ctx context.Context, lock arbiter.Lock, claims []buildlockv1.BuildLock, knownPods map[string]arbiter.PodState) (observation, error) {
 	var (
 		obs      = observation{claims: claims}
 		leaseErr error
 		wg       sync.WaitGroup
 	)
 	wg.Go(func() { obs.lease, leaseErr = getLease(ctx, r.APIReader, lock) })
-	obs.pods, obs.podErr = observePods(ctx, r.APIReader, claims, nil)
+	obs.pods, obs.podErr = observePods(ctx, r.APIReader, claims, knownPods)
 	wg.Wait()
 	if leaseErr != nil {
 		return observation{}, leaseErr
 	}
 	return obs, nil
-}
-
-// observeLive re-reads the lock's claims from the API server before a grant
-// changes, keeping the Lease just read live (its resourceVersion guards the
-// grant's compare-and-swap) and the pods already observed.
-func (r *LockReconciler) observeLive(ctx context.Context, lock arbiter.Lock, cached observation) (observation, error) {
-	claims, err := listClaims(ctx, r.APIReader, lock)
-	if err != nil {
-		return observation{}, err
-	}
-	pods, podErr := observePods(ctx, r.APIReader, claims, cached.pods)
-	return observation{claims: claims, lease: cached.lease, pods: pods, podErr: podErr}, nil
 }
 
 func (r *LockReconciler) decide(lock arbiter.Lock, obs observation, now time.Time) arbiter.Decision {
