@@ -14,7 +14,8 @@ const (
 	PhasePending Phase = "Pending"
 	// PhaseWaiting means this claim has the lock's single waiting slot and will hold
 	// the lock when the holder ends. Can transition to Held, Superseded or
-	// Released.
+	// Released (or Expired, when it was granted but its Held status was
+	// never written before the hold ran out).
 	PhaseWaiting Phase = "Waiting"
 	// PhaseHeld means this claim holds the lock; its build may deploy. Can transition
 	// to Released or Expired.

@@ -12,7 +12,8 @@
 // A claim starts Pending (an empty phase counts as Pending) and can move:
 //
 //	Pending → Held, Waiting, Superseded or Released
-//	Waiting → Held, Superseded or Released
+//	Waiting → Held, Superseded or Released (or Expired: a claim the grant
+//	          names whose Held status was never written, when the hold ran out)
 //	Held    → Released or Expired
 //
 // Superseded, Released and Expired are terminal.
