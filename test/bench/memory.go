@@ -1,0 +1,275 @@
+//go:build bench
+
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
+)
+
+// memResult is what the manager binary used once it had caught up.
+type memResult struct {
+	label                string
+	heapAlloc, heapInuse float64 // bytes, just after a garbage collection
+	rss, peakRSS         float64 // bytes: VmRSS and VmHWM
+	startup              time.Duration
+	note                 string
+}
+
+// claimsPerLock: each lock of the memory run ends with one claim Held, one
+// Waiting and two Superseded.
+const claimsPerLock = 4
+
+// memory measures bin/manager against an empty cluster, with `pods`
+// unrelated pods, and with `claims` claims on top.
+func (b *bench) memory(pods, claims int) ([]memResult, error) {
+	var out []memResult
+	var tr *claimTracker // follows the claims, once there are some
+	run := func(label, note string) error {
+		r, err := b.runManagerBinary(label, func() bool {
+			ctx, cancel := context.WithTimeout(b.ctx, 10*time.Minute)
+			defer cancel()
+			return tr == nil || tr.waitUntil(ctx, func(phases map[string]buildlockv1.Phase) bool {
+				return countPhases(phases)[buildlockv1.PhasePending] == 0
+			}) == nil
+		})
+		r.note = note
+		out = append(out, r)
+		return err
+	}
+	if err := run("no pods, no claims", ""); err != nil {
+		return out, err
+	}
+
+	podNS := b.namespace("unrelated")
+	size := 0
+	err := parallel(pods, func(i int) error {
+		pod := unrelatedPod(podNS, i)
+		if i == 0 {
+			raw, _ := json.Marshal(pod)
+			size = len(raw)
+		}
+		return b.c.Create(b.ctx, pod)
+	})
+	if err != nil {
+		return out, fmt.Errorf("creating unrelated pods: %w", err)
+	}
+	full, err := b.fullPodCache(podNS)
+	if err != nil {
+		return out, err
+	}
+	b.res.fullPodCache = full
+	if err := run(fmt.Sprintf("%d unrelated pods", pods), fmt.Sprintf("each pod ≈ %.1f KB of JSON; holding them all as Pod objects takes %s", float64(size)/1e3, mib(full))); err != nil {
+		return out, err
+	}
+
+	// The claims are created while no manager runs; the binary then decides
+	// them all from a cold start.
+	claimNS := b.namespace("mem-claims")
+	if tr, err = trackClaims(b.ctx, b.c, claimNS); err != nil {
+		return out, err
+	}
+	err = parallel(claims, func(i int) error {
+		return b.c.Create(b.ctx, blClaim(claimNS, fmt.Sprintf("c-%d", i), fmt.Sprintf("t%d", i/claimsPerLock), fmt.Sprintf("acme/line-%d", i%claimsPerLock), 1, ""))
+	})
+	if err != nil {
+		return out, fmt.Errorf("creating claims: %w", err)
+	}
+	if err := run(fmt.Sprintf("%d claims (%d locks) and the pods", claims, claims/claimsPerLock), ""); err != nil {
+		return out, err
+	}
+	out[len(out)-1].note = fmt.Sprintf("one Held, one Waiting, two Superseded per lock; decided from a cold start in %.0f s", out[len(out)-1].startup.Seconds())
+
+	// Leave a clean cluster for the latency runs.
+	if err := b.c.DeleteAllOf(b.ctx, &buildlockv1.BuildLock{}, client.InNamespace(claimNS)); err != nil {
+		return out, err
+	}
+	return out, b.c.DeleteAllOf(b.ctx, &corev1.Pod{}, client.InNamespace(podNS), client.GracePeriodSeconds(0))
+}
+
+// fullPodCache is how much heap the pods of ns take as typed objects: what a
+// manager that cached full Pods would hold for them.
+func (b *bench) fullPodCache(ns string) (float64, error) {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	var list corev1.PodList
+	if err := b.c.List(b.ctx, &list, client.InNamespace(ns)); err != nil {
+		return 0, err
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	runtime.KeepAlive(list)
+	return float64(after.HeapAlloc) - float64(before.HeapAlloc), nil
+}
+
+// unrelatedPod is a pod of some other workload, of a realistic size.
+func unrelatedPod(ns string, i int) *corev1.Pod {
+	env := make([]corev1.EnvVar, 12)
+	for k := range env {
+		env[k] = corev1.EnvVar{Name: fmt.Sprintf("SETTING_%d", k), Value: strings.Repeat("v", 40)}
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: ns, Name: fmt.Sprintf("web-%05d", i),
+			Labels: map[string]string{"app": "web", "tier": "frontend", "release": "r42", "pod-template-hash": "5d8f7c9b4",
+				"app.kubernetes.io/name": "web", "app.kubernetes.io/part-of": "shop"},
+			Annotations: map[string]string{"checksum/config": strings.Repeat("a", 64), "prometheus.io/scrape": "true",
+				"kubectl.kubernetes.io/last-applied-configuration": strings.Repeat("x", 600)},
+		},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{
+			{Name: "web", Image: "registry.example/shop/web:1.2.3", Env: env, Args: []string{"--port=8080", "--log-level=info"}},
+			{Name: "sidecar", Image: "registry.example/proxy:2.0", Args: []string{"--upstream=127.0.0.1:8080"}},
+		}},
+	}
+}
+
+// runManagerBinary runs bin/manager against the API server until it has
+// decided every claim and gone idle, then samples its memory and stops it.
+func (b *bench) runManagerBinary(label string, decided func() bool) (memResult, error) {
+	r := memResult{label: label}
+	kubeconfig := filepath.Join(b.outDir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, b.env.KubeConfig, 0o600); err != nil {
+		return r, err
+	}
+	metricsAddr, probeAddr := freeAddr(), freeAddr()
+	logFile, err := os.Create(filepath.Join(b.outDir, "manager-"+strings.Fields(label)[0]+".log"))
+	if err != nil {
+		return r, err
+	}
+	defer logFile.Close()
+	cmd := exec.Command(b.managerBin, "--metrics-bind-address="+metricsAddr, "--health-probe-bind-address="+probeAddr,
+		"--leader-elect=false", "--finished-ttl=0")
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	t0 := time.Now()
+	if err := cmd.Start(); err != nil {
+		return r, fmt.Errorf("starting %s: %w", b.managerBin, err)
+	}
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	}()
+
+	// Caught up: no claim left Pending, an empty workqueue, and no reconcile
+	// for two seconds.
+	var last float64 = -1
+	stable := 0
+	for deadline := time.Now().Add(5 * time.Minute); stable < 4; time.Sleep(500 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return r, fmt.Errorf("manager did not go idle within 5m")
+		}
+		m, err := scrape(metricsAddr)
+		if err != nil {
+			continue
+		}
+		done := m["controller_runtime_reconcile_total"]
+		if m["workqueue_depth"] == 0 && done == last && decided() {
+			if stable == 0 {
+				r.startup = time.Since(t0) - 500*time.Millisecond
+			}
+			stable++
+		} else {
+			stable = 0
+		}
+		last = done
+	}
+	// An idle process does not collect garbage: scrape (which allocates a
+	// little each time) until the next GC, and read the heap just after it.
+	m, err := scrape(metricsAddr)
+	if err != nil {
+		return r, err
+	}
+	for gcs, i := m["go_gc_duration_seconds_count"], 0; m["go_gc_duration_seconds_count"] == gcs; i++ {
+		if i == 20000 {
+			return r, fmt.Errorf("no garbage collection after %d scrapes", i)
+		}
+		if m, err = scrape(metricsAddr); err != nil {
+			return r, err
+		}
+	}
+	// Sweeping finishes in the background after the collection.
+	time.Sleep(200 * time.Millisecond)
+	if m, err = scrape(metricsAddr); err != nil {
+		return r, err
+	}
+	r.heapAlloc, r.heapInuse = m["go_memstats_heap_alloc_bytes"], m["go_memstats_heap_inuse_bytes"]
+	r.rss, r.peakRSS, err = procMemory(cmd.Process.Pid)
+	return r, err
+}
+
+func freeAddr() string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// scrape reads the Prometheus text format, summing each metric's series.
+func scrape(addr string) (map[string]float64, error) {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		name, rest, _ := strings.Cut(line, " ")
+		if i := strings.IndexByte(name, '{'); i >= 0 {
+			name = line[:i]
+			_, rest, _ = strings.Cut(line[strings.LastIndexByte(line, '}'):], " ")
+		}
+		if v, err := strconv.ParseFloat(strings.Fields(rest)[0], 64); err == nil {
+			out[name] += v
+		}
+	}
+	return out, sc.Err()
+}
+
+// procMemory reads VmRSS and VmHWM (peak RSS) from /proc, in bytes.
+func procMemory(pid int) (rss, peak float64, err error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		kb, _ := strconv.ParseFloat(f[1], 64)
+		switch f[0] {
+		case "VmRSS:":
+			rss = kb * 1024
+		case "VmHWM:":
+			peak = kb * 1024
+		}
+	}
+	return rss, peak, nil
+}
