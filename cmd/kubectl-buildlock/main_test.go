@@ -7,11 +7,9 @@ package main
 // examples/tekton/rbac.yaml. Each test works in a namespace of its own.
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/url"
 	"os"
 	"os/exec"
@@ -223,7 +221,7 @@ func writeKubeconfig(t *testing.T, path string, cfg *rest.Config, namespace stri
 // proc is a running plugin.
 type proc struct {
 	cmd            *exec.Cmd
-	stdout, stderr *syncBuffer
+	stdout, stderr *testenv.SyncBuffer
 	done           chan struct{}
 	code           int
 }
@@ -237,7 +235,7 @@ func (f *fixture) plugin(env map[string]string, args ...string) *proc {
 
 func (f *fixture) pluginAs(kubeconfig string, env map[string]string, args ...string) *proc {
 	f.t.Helper()
-	p := &proc{cmd: exec.Command(pluginPath, args...), stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
+	p := &proc{cmd: exec.Command(pluginPath, args...), stdout: &testenv.SyncBuffer{}, stderr: &testenv.SyncBuffer{}, done: make(chan struct{})}
 	p.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + f.dir, "KUBECONFIG=" + kubeconfig}
 	for k, v := range env {
 		p.cmd.Env = append(p.cmd.Env, k+"="+v)
@@ -361,25 +359,6 @@ func (f *fixture) hold(target string) string {
 	}
 	return "acme-holder-main-1-" + target
 }
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-var _ io.Writer = &syncBuffer{}
 
 func must(t *testing.T, err error) {
 	t.Helper()

@@ -3,12 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
-	"sync"
 	"testing"
 	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/buildlock/buildlock/internal/testenv"
 )
 
 // TestDemo plays `make demo` under `go test`, so that CI runs it with the
@@ -20,7 +21,7 @@ func TestDemo(t *testing.T) {
 	}
 	// The operator's goroutines may log after the test returns; a buffer
 	// (unlike t.Output) does not mind.
-	logs := &syncBuffer{}
+	logs := &testenv.SyncBuffer{}
 	ctrl.SetLogger(zap.New(zap.WriteTo(logs), zap.UseDevMode(true)))
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
@@ -33,21 +34,4 @@ func TestDemo(t *testing.T) {
 		t.Log("Operator logs:\n" + logs.String())
 		t.Fatal(err)
 	}
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

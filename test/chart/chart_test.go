@@ -404,7 +404,7 @@ func chartArgs(t *testing.T, h *helmRunner, values ...string) []string {
 type runningManager struct {
 	cmd                    *exec.Cmd
 	done                   chan error
-	logs                   *syncBuffer
+	logs                   *testenv.SyncBuffer
 	metricsAddr, probeAddr string
 	stopped                bool
 }
@@ -420,7 +420,7 @@ func startManager(t *testing.T, bin string, args []string, cfg *rest.Config) *ru
 	if err := cluster.WriteKubeconfig(kubeconfig, cfg, &cfg.Impersonate); err != nil {
 		t.Fatal(err)
 	}
-	m := &runningManager{done: make(chan error, 1), logs: &syncBuffer{}, metricsAddr: freeAddr(t), probeAddr: freeAddr(t)}
+	m := &runningManager{done: make(chan error, 1), logs: &testenv.SyncBuffer{}, metricsAddr: freeAddr(t), probeAddr: freeAddr(t)}
 	args = append(args,
 		"--metrics-bind-address="+m.metricsAddr,
 		"--health-probe-bind-address="+m.probeAddr,
