@@ -113,18 +113,7 @@ func jenkinsRepo(job, branch string) string {
 // sanitizeRepoSegment turns every run of characters other than letters,
 // digits, '_', '.' and '-' into one '-', trimmed at both ends.
 func sanitizeRepoSegment(s string) string {
-	var b strings.Builder
-	dash := false
-	for _, r := range s {
-		if ('a' <= r && r <= 'z') || ('A' <= r && r <= 'Z') || ('0' <= r && r <= '9') || r == '_' || r == '.' || r == '-' {
-			if dash && b.Len() > 0 {
-				b.WriteByte('-')
-			}
-			dash = false
-			b.WriteRune(r)
-			continue
-		}
-		dash = true
-	}
-	return strings.Trim(b.String(), "-")
+	return strings.Trim(collapseRuns(s, func(r rune) bool {
+		return ('a' <= r && r <= 'z') || ('A' <= r && r <= 'Z') || ('0' <= r && r <= '9') || r == '_' || r == '.' || r == '-'
+	}), "-")
 }

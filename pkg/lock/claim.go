@@ -197,18 +197,26 @@ func compactName(c Claim, hash string) string {
 // sanitize lower-cases s and turns every run of characters other than a-z
 // and 0-9 into one '-', trimmed at both ends.
 func sanitize(s string) string {
+	return collapseRuns(strings.ToLower(s), func(r rune) bool {
+		return ('a' <= r && r <= 'z') || ('0' <= r && r <= '9')
+	})
+}
+
+// collapseRuns keeps the runes of s that keep accepts and turns every run of
+// the others into one '-', never at the start or the end.
+func collapseRuns(s string, keep func(rune) bool) string {
 	var b strings.Builder
 	dash := false
-	for _, r := range strings.ToLower(s) {
-		if ('a' <= r && r <= 'z') || ('0' <= r && r <= '9') {
-			if dash && b.Len() > 0 {
-				b.WriteByte('-')
-			}
-			dash = false
-			b.WriteRune(r)
+	for _, r := range s {
+		if !keep(r) {
+			dash = true
 			continue
 		}
-		dash = true
+		if dash && b.Len() > 0 {
+			b.WriteByte('-')
+		}
+		dash = false
+		b.WriteRune(r)
 	}
 	return b.String()
 }
