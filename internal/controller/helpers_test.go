@@ -166,84 +166,79 @@ func poke(ns, name string) {
 	Expect(k8sClient.Patch(ctx, bl, client.RawPatch(types.MergePatchType, []byte(patch)))).To(Succeed())
 }
 
-// writeCounter counts the writes a manager's client makes, by verb, and can
-// fail a fraction of them with injected errors.
+// writeCounter counts the writes a manager's client makes, by namespace
+// (the manager watches every namespace, and other specs' locks may still be
+// settling), and can fail some of them with injected conflicts.
 type writeCounter struct {
-	mu     sync.Mutex
-	counts map[string]int
+	mu       sync.Mutex
+	writes   map[string]int // namespace → writes that reached the API server
+	injected int
 	// conflicts, when positive, is how many of the next writes fail with a
 	// Conflict before reaching the API server.
 	conflicts atomic.Int32
 }
 
-func newWriteCounter() *writeCounter { return &writeCounter{counts: map[string]int{}} }
+func newWriteCounter() *writeCounter { return &writeCounter{writes: map[string]int{}} }
 
-func (w *writeCounter) add(verb string) error {
-	if w.conflicts.Load() > 0 && w.conflicts.Add(-1) >= 0 {
-		w.mu.Lock()
-		w.counts["injected-conflict"]++
-		w.mu.Unlock()
-		return apierrors.NewConflict(buildlockv1.GroupVersion.WithResource("buildlocks").GroupResource(), "injected", fmt.Errorf("injected by the test"))
-	}
+func (w *writeCounter) add(obj client.Object) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.counts[verb]++
+	if w.conflicts.Load() > 0 && w.conflicts.Add(-1) >= 0 {
+		w.injected++
+		return apierrors.NewConflict(buildlockv1.GroupVersion.WithResource("buildlocks").GroupResource(), "injected", fmt.Errorf("injected by the test"))
+	}
+	w.writes[obj.GetNamespace()]++
 	return nil
 }
 
-// total is the number of writes that reached the API server.
-func (w *writeCounter) total() int {
+// total is the number of writes in namespace ns that reached the API server.
+func (w *writeCounter) total(ns string) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	n := 0
-	for verb, c := range w.counts {
-		if verb != "injected-conflict" {
-			n += c
-		}
-	}
-	return n
+	return w.writes[ns]
 }
 
-func (w *writeCounter) get(verb string) int {
+// injectedConflicts is the number of writes failed with a Conflict.
+func (w *writeCounter) injectedConflicts() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.counts[verb]
+	return w.injected
 }
 
 func (w *writeCounter) funcs() *interceptor.Funcs {
 	return &interceptor.Funcs{
 		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
-			if err := w.add("create"); err != nil {
+			if err := w.add(obj); err != nil {
 				return err
 			}
 			return c.Create(ctx, obj, opts...)
 		},
 		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
-			if err := w.add("update"); err != nil {
+			if err := w.add(obj); err != nil {
 				return err
 			}
 			return c.Update(ctx, obj, opts...)
 		},
 		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-			if err := w.add("patch"); err != nil {
+			if err := w.add(obj); err != nil {
 				return err
 			}
 			return c.Patch(ctx, obj, patch, opts...)
 		},
 		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
-			if err := w.add("delete"); err != nil {
+			if err := w.add(obj); err != nil {
 				return err
 			}
 			return c.Delete(ctx, obj, opts...)
 		},
 		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
-			if err := w.add("update/" + sub); err != nil {
+			if err := w.add(obj); err != nil {
 				return err
 			}
 			return c.SubResource(sub).Update(ctx, obj, opts...)
 		},
 		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-			if err := w.add("patch/" + sub); err != nil {
+			if err := w.add(obj); err != nil {
 				return err
 			}
 			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)

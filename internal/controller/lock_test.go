@@ -189,13 +189,13 @@ var _ = Describe("The lock controller", Ordered, func() {
 		expectPhase(ns, "web-7", buildlockv1.PhaseWaiting)
 		Eventually(func(g Gomega) string { return getClaim(g, ns, "shop-41").Status.Waiting }).Should(Equal("web-7"))
 
-		before := writes.total()
+		before := writes.total(ns)
 		again := newClaim(ns, "shop-41", claimOpts{repo: "acme/shop", build: 41, pod: "shop-41"})
 		again.SetGroupVersionKind(buildlockv1.GroupVersion.WithKind("BuildLock"))
 		//nolint:staticcheck // client.Apply is what `kubectl apply --server-side` does.
 		Expect(k8sClient.Patch(ctx, again, client.Apply, client.FieldOwner("pipeline"), client.ForceOwnership)).To(Succeed())
 		poke(ns, "web-7")
-		Consistently(func() int { return writes.total() - before }, "3s").Should(BeZero())
+		Consistently(func() int { return writes.total(ns) - before }, "3s").Should(BeZero())
 		Expect(getClaim(Default, ns, "shop-41").Status.FencingToken).To(Equal(int64(1)))
 	})
 
@@ -224,7 +224,7 @@ var _ = Describe("The lock controller", Ordered, func() {
 		Expect(k8sClient.Delete(ctx, holder)).To(Succeed())
 		Expect(expectPhase(ns, "web-7", buildlockv1.PhaseHeld).Status.FencingToken).To(Equal(int64(11)))
 		expectGrant(ns, "staging", waiter, 11)
-		Expect(writes.get("injected-conflict")).To(Equal(3))
+		Expect(writes.injectedConflicts()).To(Equal(3))
 	})
 })
 
