@@ -12,10 +12,11 @@ const (
 	// PhasePending means the operator has not decided on this claim yet. Can
 	// transition to any other phase.
 	PhasePending Phase = "Pending"
-	// PhaseWaiting means this claim has the lock's single waiting slot and will hold
-	// the lock when the holder ends. Can transition to Held, Superseded or
-	// Released (or Expired, when it was granted but its Held status was
-	// never written before the hold ran out).
+	// PhaseWaiting means this claim waits for the lock: with the NewestWins
+	// ordering it has the lock's single waiting slot; with Queue and Fifo it
+	// has a place in the lock's queue (status.queuedAt). Can transition to
+	// Held, Superseded or Released (or Expired, when it was granted but its
+	// Held status was never written before the hold ran out).
 	PhaseWaiting Phase = "Waiting"
 	// PhaseHeld means this claim holds the lock; its build may deploy. Can transition
 	// to Released or Expired.
@@ -26,8 +27,9 @@ const (
 	// PhaseReleased means the claim ended because its pod finished or disappeared,
 	// or a person force-released it. Terminal.
 	PhaseReleased Phase = "Released"
-	// PhaseExpired means a pod-less holder was not renewed within expiresAfter, or
-	// a pod-backed holder exceeded the operator's --max-hold. Terminal.
+	// PhaseExpired means a pod-less holder was not renewed within expiresAfter,
+	// or a holder exceeded its maximum hold (the operator's --max-hold, or
+	// the BuildLockPolicy's spec.maxHold). Terminal.
 	PhaseExpired Phase = "Expired"
 )
 
@@ -47,36 +49,37 @@ const (
 	ReasonPending = "Pending"
 	// ReasonAcquired means the claim holds the lock.
 	ReasonAcquired = "Acquired"
-	// ReasonWaitingForHolder means the claim has the waiting slot.
+	// ReasonWaitingForHolder means the claim has the waiting slot (ordering
+	// NewestWins).
 	ReasonWaitingForHolder = "WaitingForHolder"
+	// ReasonQueued means the claim has a place in the lock's queue (orderings
+	// Queue and Fifo); its message names the claim directly ahead of it.
+	ReasonQueued = "Queued"
 	// ReasonSupersededByNewerBuild means a newer build of the same repository and
-	// branch, or a newer build of another line that won the waiting slot,
-	// made this claim obsolete.
+	// branch, or (ordering NewestWins) a newer build of another line that won
+	// the waiting slot, made this claim obsolete; or a higher build of its
+	// line already held the lock (a build never deploys backwards).
 	ReasonSupersededByNewerBuild = "SupersededByNewerBuild"
 	// ReasonDuplicateBuild means another claim for the same repository, branch and
-	// build number was there first.
+	// build number was there first, or that build already held the lock.
 	ReasonDuplicateBuild = "DuplicateBuild"
 	// ReasonPodFinished means the claim's pod reached Succeeded or Failed.
 	ReasonPodFinished = "PodFinished"
 	// ReasonPodGone means the claim's pod does not exist, or has another UID.
 	ReasonPodGone = "PodGone"
 	// ReasonLockLost means the grant record no longer names this claim although it
-	// was shown as holding (the grant was changed outside this claim's life,
-	// for example by a force-release).
+	// was shown as holding, and records no other ending for it (the grant was
+	// changed outside this claim's life).
 	ReasonLockLost = "LockLost"
 	// ReasonExpired means a pod-less holder was not renewed in time.
 	ReasonExpired = "Expired"
-	// ReasonMaxHoldExceeded means a pod-backed holder held longer than --max-hold.
+	// ReasonMaxHoldExceeded means a holder held longer than its maximum hold
+	// (the BuildLockPolicy's spec.maxHold, else the operator's --max-hold).
 	ReasonMaxHoldExceeded = "MaxHoldExceeded"
 	// ReasonForceReleased means a person ended the claim with the
 	// ForceReleaseAnnotation (`kubectl buildlock force-release`).
 	ReasonForceReleased = "ForceReleased"
 )
-
-// ForceReleaseAnnotation is the annotation that, set on a BuildLock to "who: why", ends its hold (or
-// its wait): the operator marks it Released with reason ForceReleased and
-// hands the lock on. The annotation stays as the record of who did it.
-const ForceReleaseAnnotation = "buildlock.io/force-release"
 
 // PodReference names the pipeline pod that runs the build, in the claim's
 // namespace. While it is Pending, Running or Unknown the build is alive.
@@ -106,6 +109,7 @@ type PodReference struct {
 // +kubebuilder:validation:XValidation:rule="has(self.timestamp) == has(oldSelf.timestamp) && (!has(self.timestamp) || timestamp(self.timestamp) == timestamp(oldSelf.timestamp))",message="spec.timestamp is immutable: delete this BuildLock and create a new one"
 // +kubebuilder:validation:XValidation:rule="has(self.expiresAfter) == has(oldSelf.expiresAfter) && (!has(self.expiresAfter) || duration(self.expiresAfter) == duration(oldSelf.expiresAfter))",message="spec.expiresAfter is immutable: delete this BuildLock and create a new one"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.renewTime) || (has(self.renewTime) && timestamp(self.renewTime) >= timestamp(oldSelf.renewTime))",message="spec.renewTime may only move forward: set it to the current time, never earlier than its last value, and never remove it"
+// +kubebuilder:validation:XValidation:rule="!has(self.podRef) || !has(self.expiresAfter)",message="spec.expiresAfter applies only to claims without spec.podRef: a claim with a pod holds while its pod runs (bound it with the operator's --max-hold or a BuildLockPolicy's spec.maxHold); remove expiresAfter"
 type BuildLockSpec struct {
 	// Target is the namespace the build deploys into. Claims in the same
 	// namespace with the same target contend for one lock.
@@ -123,44 +127,58 @@ type BuildLockSpec struct {
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)+$`
 	Repo string `json:"repo"`
 
-	// Branch is the branch (or other ref) that was built.
+	// Branch is the branch (or other ref) that was built. Control characters
+	// and Unicode bidirectional overrides are refused: the branch is printed
+	// by kubectl and in every message about the build.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:XValidation:rule=`!self.matches(r'[\x{0000}-\x{001f}\x{007f}-\x{009f}\x{202a}-\x{202e}\x{2066}-\x{2069}]')`,message="spec.branch must not contain control characters (newlines, tabs, escape sequences) or Unicode bidirectional overrides"
 	Branch string `json:"branch"`
 
 	// Build is the build number within repo and branch; a higher number is a
-	// newer build of the same line.
+	// newer build of the same line. At most 2^53-1.
 	// +required
 	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=9007199254740991
 	Build int64 `json:"build"`
 
 	// PodRef names the pipeline's pod in this namespace. While it runs, the
 	// build is alive; when it finishes or disappears, the claim ends.
+	//
+	// The operator cannot tell whether the pod really runs this build: a
+	// podRef naming some other long-running pod of the namespace keeps the
+	// claim alive as long as that pod. Bound every hold with the operator's
+	// --max-hold (or a BuildLockPolicy's spec.maxHold).
 	// +optional
 	PodRef *PodReference `json:"podRef,omitempty"`
 
 	// Timestamp is when the build started; it orders builds of different
-	// lines (newer wins the waiting slot). When absent, the BuildLock's
-	// creationTimestamp stands in.
+	// lines (ordering NewestWins: the newer wins the waiting slot). When
+	// absent, the BuildLock's creationTimestamp stands in. A timestamp later
+	// than the creationTimestamp plus 30 seconds (an allowance for clock
+	// skew) counts as creationTimestamp plus 30 seconds: no claim can rank
+	// newer than claims created after it by stamping itself in the future.
+	// Any RFC 3339 time, for example 2026-11-30T22:45:00Z.
 	// +optional
-	Timestamp *metav1.MicroTime `json:"timestamp,omitempty"`
+	Timestamp *Timestamp `json:"timestamp,omitempty"`
 
-	// ExpiresAfter applies only to claims without podRef: how long a holder
-	// keeps the lock after it was granted or last renewed (spec.renewTime).
-	// Between 10s and 24h.
+	// ExpiresAfter applies only to claims without podRef (and is refused on a
+	// claim with one): how long a holder keeps the lock after it was granted
+	// or last renewed (spec.renewTime). Between 10s and 24h; 1h when absent.
 	// +optional
-	// +kubebuilder:default="1h"
 	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
-	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || (duration(self) >= duration('10s') && duration(self) <= duration('24h'))",message="spec.expiresAfter must be between 10s and 24h, for example 30m"
+	// +kubebuilder:validation:XValidation:rule=`self.matches(r'^([0-9]{1,5}(\.[0-9]{1,9})?(ns|us|ms|s|m|h)){1,4}$') && duration(self) >= duration('10s') && duration(self) <= duration('24h')`,message="spec.expiresAfter must be a duration between 10s and 24h, for example 30m"
 	ExpiresAfter *metav1.Duration `json:"expiresAfter,omitempty"`
 
-	// RenewTime is bumped by a pod-less holder's client to keep the lock; the
-	// hold expires at max(acquiredAt, renewTime) + expiresAfter. It may only
-	// move forward. It is the one field that may change after creation.
+	// RenewTime is bumped by a pod-less holder's client to keep the lock. A
+	// renewal counts from when the operator observed it (status.renewedAt),
+	// or from renewTime if that is earlier: a clock in the future extends
+	// nothing. The hold expires at max(acquiredAt, renewedAt) + expiresAfter,
+	// and never later than the maximum hold. It may only move forward. It is
+	// the one field that may change after creation. Any RFC 3339 time.
 	// +optional
-	RenewTime *metav1.MicroTime `json:"renewTime,omitempty"`
+	RenewTime *Timestamp `json:"renewTime,omitempty"`
 }
 
 // BuildLockStatus is the operator's verdict on the claim. Only the operator
@@ -173,11 +191,14 @@ type BuildLockStatus struct {
 
 	// Holder is the name of the BuildLock that holds this target now (as of
 	// this claim's last update; a terminal claim keeps the picture it ended
-	// with).
+	// with). Empty on a claim queued with the orderings Queue and Fifo: the
+	// holder changes with every hand-off, and a queued claim's status is not
+	// rewritten for each; its message names the claim directly ahead.
 	// +optional
 	Holder string `json:"holder,omitempty"`
 
-	// Waiting is the name of the BuildLock that has the waiting slot now.
+	// Waiting is the name of the BuildLock that has the waiting slot now, or
+	// with Queue and Fifo the first in the queue (empty on queued claims).
 	// +optional
 	Waiting string `json:"waiting,omitempty"`
 
@@ -191,9 +212,23 @@ type BuildLockStatus struct {
 	// +optional
 	AcquiredAt *metav1.MicroTime `json:"acquiredAt,omitempty"`
 
-	// ExpiresAt is when a pod-less hold ends unless spec.renewTime is bumped.
+	// ExpiresAt is when the hold ends: for a pod-less hold unless
+	// spec.renewTime is bumped; for any hold, at the latest its maximum hold.
 	// +optional
 	ExpiresAt *metav1.MicroTime `json:"expiresAt,omitempty"`
+
+	// RenewedAt is when the operator observed the latest spec.renewTime (or
+	// renewTime itself, if that is earlier): the instant a pod-less hold's
+	// renewal counts from.
+	// +optional
+	RenewedAt *metav1.MicroTime `json:"renewedAt,omitempty"`
+
+	// QueuedAt is the claim's place in the lock's queue: when it (or, with
+	// the ordering Queue, the build of its line it replaced) started waiting.
+	// Waiting claims are granted in the order of queuedAt (orderings Queue
+	// and Fifo). It is stored so that a restart never reorders the queue.
+	// +optional
+	QueuedAt *metav1.MicroTime `json:"queuedAt,omitempty"`
 
 	// FinishedAt is when the claim reached a terminal phase. Finished claims
 	// are deleted by the operator after its --finished-ttl.
@@ -243,6 +278,7 @@ type BuildLockStatus struct {
 // +kubebuilder:printcolumn:name="Waiting",type=string,JSONPath=`.status.waiting`,priority=1
 // +kubebuilder:printcolumn:name="Token",type=integer,JSONPath=`.status.fencingToken`,priority=1
 // +kubebuilder:printcolumn:name="Pod",type=string,JSONPath=`.spec.podRef.name`,priority=1
+// +kubebuilder:printcolumn:name="Queued",type=date,JSONPath=`.status.queuedAt`,priority=1
 type BuildLock struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

@@ -1,5 +1,6 @@
 // Package v1alpha1 contains the buildlock.io/v1alpha1 API: the BuildLock
-// kind, one build's claim on one deploy target.
+// kind, one build's claim on one deploy target, and the BuildLockPolicy kind,
+// how one lock chooses among its claims.
 //
 // +kubebuilder:object:generate=true
 // +groupName=buildlock.io
@@ -26,7 +27,7 @@ var (
 )
 
 func addKnownTypes(scheme *runtime.Scheme) error {
-	scheme.AddKnownTypes(GroupVersion, &BuildLock{}, &BuildLockList{})
+	scheme.AddKnownTypes(GroupVersion, &BuildLock{}, &BuildLockList{}, &BuildLockPolicy{}, &BuildLockPolicyList{})
 	metav1.AddToGroupVersion(scheme, GroupVersion)
 	return nil
 }

@@ -45,9 +45,9 @@ type claimStatus struct {
 	AcquiredAt   *metav1.MicroTime `json:"acquiredAt,omitempty"`
 	ExpiresAt    *metav1.MicroTime `json:"expiresAt,omitempty"`
 	SupersededBy string            `json:"supersededBy,omitempty"`
-	Timestamp    *metav1.MicroTime `json:"timestamp,omitempty"`
+	Timestamp    *buildlockv1.Timestamp `json:"timestamp,omitempty"`
 	ExpiresAfter *metav1.Duration  `json:"expiresAfter,omitempty"`
-	RenewTime    *metav1.MicroTime `json:"renewTime,omitempty"`
+	RenewTime    *buildlockv1.Timestamp `json:"renewTime,omitempty"`
 }
 
 func (a *app) status(ctx context.Context, args []string) int {

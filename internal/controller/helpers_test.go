@@ -60,7 +60,7 @@ func newClaim(ns, name string, o claimOpts) *buildlockv1.BuildLock {
 		bl.Spec.ExpiresAfter = &metav1.Duration{Duration: o.expiresAfter}
 	}
 	if !o.timestamp.IsZero() {
-		bl.Spec.Timestamp = &metav1.MicroTime{Time: o.timestamp}
+		bl.Spec.Timestamp = buildlockv1.NewTimestamp(o.timestamp)
 	}
 	return bl
 }

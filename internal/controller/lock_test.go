@@ -168,7 +168,7 @@ var _ = Describe("The lock controller", Ordered, func() {
 		// Renewing moves the expiry forward.
 		Eventually(func() error {
 			bl := getClaim(Default, ns, "nopod-1")
-			bl.Spec.RenewTime = &metav1.MicroTime{Time: clock.Now()}
+			bl.Spec.RenewTime = buildlockv1.NewTimestamp(clock.Now())
 			return k8sClient.Update(ctx, bl)
 		}).Should(Succeed())
 		Eventually(func(g Gomega) bool {

@@ -340,9 +340,9 @@ var _ = Describe("Validation", Label("validation"), func() {
 					Branch:       "feature/checkout-v2",
 					Build:        1,
 					PodRef:       &buildlockv1alpha1.PodReference{Name: "pipeline-42", UID: podUID},
-					Timestamp:    &now,
+					Timestamp:    buildlockv1alpha1.NewTimestamp(now.Time),
 					ExpiresAfter: &metav1.Duration{Duration: 90 * time.Second},
-					RenewTime:    &now,
+					RenewTime:    buildlockv1alpha1.NewTimestamp(now.Time),
 				},
 			}
 			Expect(k8sClient.Create(ctx, bl)).To(Succeed())

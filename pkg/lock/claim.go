@@ -266,8 +266,7 @@ func (c Claim) BuildLock() *buildlockv1.BuildLock {
 		bl.Spec.PodRef = &buildlockv1.PodReference{Name: c.PodName, UID: c.PodUID}
 	}
 	if !c.Timestamp.IsZero() {
-		ts := metav1.NewMicroTime(c.Timestamp)
-		bl.Spec.Timestamp = &ts
+		bl.Spec.Timestamp = buildlockv1.NewTimestamp(c.Timestamp)
 	}
 	if c.ExpiresAfter != 0 {
 		bl.Spec.ExpiresAfter = &metav1.Duration{Duration: c.ExpiresAfter}

@@ -157,7 +157,7 @@ func TestBuildLockCarriesTheClaim(t *testing.T) {
 	s := bl.Spec
 	if s.Target != "staging" || s.Repo != "acme/shop" || s.Branch != "main" || s.Build != 42 ||
 		s.PodRef == nil || s.PodRef.Name != "runner-0" || s.PodRef.UID != "abc-1" ||
-		s.Timestamp == nil || !s.Timestamp.Equal(&metav1.MicroTime{Time: ts}) ||
+		s.Timestamp == nil || !s.Timestamp.Equal(ts) ||
 		s.ExpiresAfter == nil || s.ExpiresAfter.Duration != 2*time.Minute || s.RenewTime != nil {
 		t.Errorf("spec = %+v", s)
 	}
@@ -182,8 +182,7 @@ func TestSameClaim(t *testing.T) {
 	}{
 		"the same identity with the defaulted expiresAfter": {bl: existing(func(*buildlockv1.BuildLockSpec) {}), claim: c, want: true},
 		"a renewed claim is the same claim": {bl: existing(func(s *buildlockv1.BuildLockSpec) {
-			now := metav1.NowMicro()
-			s.RenewTime = &now
+			s.RenewTime = buildlockv1.NewTimestamp(time.Now())
 		}), claim: c, want: true},
 		"another build":  {bl: existing(func(s *buildlockv1.BuildLockSpec) { s.Build = 41 }), claim: c},
 		"another target": {bl: existing(func(s *buildlockv1.BuildLockSpec) { s.Target = "prod" }), claim: c},

@@ -549,7 +549,7 @@ func renewed(a, b buildlockv1.BuildLockSpec) bool {
 	case a.RenewTime == nil:
 		return true
 	}
-	return !a.RenewTime.Equal(b.RenewTime)
+	return !a.RenewTime.Equal(b.RenewTime.Time)
 }
 
 // checkReleased: a claim is released because its pod finished or is gone

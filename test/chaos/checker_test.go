@@ -49,7 +49,7 @@ func (h *history) nextRV() string { h.rv++; return strconv.Itoa(h.rv) }
 // create: the workload creates a claim; pod "" makes it pod-less.
 func (h *history) create(name, repo string, build int64, pod string) *buildlockv1.BuildLock {
 	spec := buildlockv1.BuildLockSpec{Target: "env-0", Repo: repo, Branch: "main", Build: build,
-		Timestamp: &metav1.MicroTime{Time: h.now}, ExpiresAfter: &metav1.Duration{Duration: 10 * time.Second}}
+		Timestamp: buildlockv1.NewTimestamp(h.now), ExpiresAfter: &metav1.Duration{Duration: 10 * time.Second}}
 	if pod != "" {
 		spec.PodRef = &buildlockv1.PodReference{Name: pod}
 		spec.ExpiresAfter = nil
@@ -145,7 +145,7 @@ func TestCheckerAcceptsACorrectHistory(t *testing.T) {
 func (h *history) renew(name string) {
 	bl := h.claims[name]
 	bl.ResourceVersion = h.nextRV()
-	bl.Spec.RenewTime = &metav1.MicroTime{Time: h.now}
+	bl.Spec.RenewTime = buildlockv1.NewTimestamp(h.now)
 	h.ledger.WroteSpec(ns, name, bl.Spec)
 	h.c.ObserveClaim(watch.Modified, bl.DeepCopy())
 }

@@ -203,9 +203,8 @@ func (w *workload) note(kind string, err error) {
 	w.failed.add(kind+"/"+reason, 1)
 }
 
-func micro(t time.Time) *metav1.MicroTime {
-	m := metav1.NewMicroTime(t.Truncate(time.Microsecond))
-	return &m
+func micro(t time.Time) *buildlockv1.Timestamp {
+	return buildlockv1.NewTimestamp(t.Truncate(time.Microsecond))
 }
 
 // newPod creates a pipeline pod (there is no kubelet: it stays Pending until
@@ -456,8 +455,8 @@ func (w *workload) renew(ctx context.Context) {
 	}
 	c := candidates[w.rng.IntN(len(candidates))]
 	spec := *c.spec.DeepCopy()
-	spec.RenewTime = micro(w.clock.Now())
-	if c.spec.RenewTime != nil && spec.RenewTime.Before(c.spec.RenewTime) {
+	spec.RenewTime = buildlockv1.NewTimestamp(w.clock.Now().Truncate(time.Microsecond))
+	if c.spec.RenewTime != nil && spec.RenewTime.Before(c.spec.RenewTime.Time) {
 		return
 	}
 	w.ledger.WroteSpec(c.ns, c.name, spec)

@@ -1,0 +1,115 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Ordering is how a lock chooses among the builds that want it. It never
+// changes the other rules: one holder, no pre-emption, and a build never
+// deploys backwards (a build at or below one of its line that already held
+// the lock is Superseded).
+// +kubebuilder:validation:Enum=NewestWins;Queue;Fifo
+type Ordering string
+
+const (
+	// OrderingNewestWins is the default: one waiting slot for the whole lock.
+	// Within a line (repo and branch) only the newest build stays in the
+	// running; across lines the newest build takes the slot and the others
+	// give up. Right for a GitOps environment repository, where each build
+	// carries the whole desired state.
+	OrderingNewestWins Ordering = "NewestWins"
+	// OrderingQueue gives each line one place in a first-come queue: within
+	// a line only the newest build stays (it inherits the line's place);
+	// across lines nobody supersedes anybody, and lines take the lock in the
+	// order they joined. A line whose build held the lock joins at the back
+	// with its next build. Right for several apps deploying into one shared
+	// namespace: each app's newest build deploys, apps take turns fairly.
+	OrderingQueue Ordering = "Queue"
+	// OrderingFifo grants every build in arrival order, several builds of
+	// one line included (for lines whose every build must deploy, e.g.
+	// migrations). Only builds that would deploy backwards (at or below a
+	// build of their line that held or is queued ahead) are Superseded.
+	OrderingFifo Ordering = "Fifo"
+)
+
+// ConditionReady on a BuildLockPolicy is True when the operator applies the
+// policy to its lock, and False with a reason when it cannot (the lock then
+// follows NewestWins).
+const ConditionReady = "Ready"
+
+// Reasons on a BuildLockPolicy's Ready condition.
+const (
+	// ReasonApplied means the policy governs its lock.
+	ReasonApplied = "Applied"
+	// ReasonInvalidPolicy means the operator cannot apply the policy (for
+	// example an ordering this operator does not know); the lock follows
+	// NewestWins until the policy is fixed.
+	ReasonInvalidPolicy = "InvalidPolicy"
+)
+
+// BuildLockPolicySpec is how one lock (its namespace's claims on the target
+// the policy is named after) is arbitrated.
+type BuildLockPolicySpec struct {
+	// Ordering is how the lock chooses among waiting builds: NewestWins (the
+	// default), Queue or Fifo. A change applies at once: switching to
+	// NewestWins keeps the newest waiting claim and supersedes the others;
+	// switching between Queue and Fifo keeps every claim's place.
+	// +optional
+	// +kubebuilder:default=NewestWins
+	Ordering Ordering `json:"ordering,omitempty"`
+
+	// MaxHold ends any hold (pod-backed or pod-less) this long after its
+	// grant, overriding the operator's --max-hold for this lock. Between 1m
+	// and 168h; absent, the operator's --max-hold applies.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule=`self.matches(r'^([0-9]{1,5}(\.[0-9]{1,9})?(ns|us|ms|s|m|h)){1,4}$') && duration(self) >= duration('1m') && duration(self) <= duration('168h')`,message="spec.maxHold must be a duration between 1m and 168h, for example 2h"
+	MaxHold *metav1.Duration `json:"maxHold,omitempty"`
+}
+
+// BuildLockPolicyStatus is what the operator made of the policy.
+type BuildLockPolicyStatus struct {
+	// ObservedGeneration is the metadata.generation the conditions describe.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Conditions hold the Ready condition.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// BuildLockPolicy chooses how one lock is arbitrated. It lives in the
+// claims' namespace and is named after the target it governs, so there is
+// at most one per lock; without one, a lock follows NewestWins and the
+// operator's flags. Pipelines may read policies; only administrators should
+// write them.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=blp,categories=buildlock
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be the target this policy governs: a namespace name (a DNS-1123 label of at most 63 characters)"
+// +kubebuilder:printcolumn:name="Ordering",type=string,JSONPath=`.spec.ordering`
+// +kubebuilder:printcolumn:name="Max Hold",type=string,JSONPath=`.spec.maxHold`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type BuildLockPolicy struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +optional
+	Spec BuildLockPolicySpec `json:"spec,omitempty"`
+
+	// +optional
+	Status BuildLockPolicyStatus `json:"status,omitempty"`
+}
+
+// BuildLockPolicyList is a list of BuildLockPolicies.
+//
+// +kubebuilder:object:root=true
+type BuildLockPolicyList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []BuildLockPolicy `json:"items"`
+}

@@ -1,0 +1,102 @@
+package v1alpha1
+
+import "time"
+
+// The API's defaults, bounds and patterns, in one place. The CRD markers on
+// the types repeat the patterns and bounds literally (controller-gen reads
+// only literals); a test checks that the generated CRD and these values agree,
+// so that every client (the arbiter, pkg/lock, the kubectl plugin) can
+// validate exactly as the API server does.
+
+// Defaults and bounds of spec.expiresAfter (pod-less claims only).
+const (
+	// DefaultExpiresAfter is how long a pod-less hold lasts after its grant
+	// or last renewal when spec.expiresAfter is absent.
+	DefaultExpiresAfter = time.Hour
+	// MinExpiresAfter and MaxExpiresAfter bound spec.expiresAfter.
+	MinExpiresAfter = 10 * time.Second
+	MaxExpiresAfter = 24 * time.Hour
+)
+
+// MaxTimestampSkew is how far after its creation a claim's spec.timestamp may
+// place it. A build cannot have started after its claim was created, so a
+// later timestamp can only be a client's clock running ahead of the API
+// server's; beyond this allowance the claim is ordered as if stamped
+// creationTimestamp + MaxTimestampSkew. A far-future timestamp therefore wins
+// no contest against claims created more than MaxTimestampSkew after it.
+const MaxTimestampSkew = 30 * time.Second
+
+// Bounds of the policy's spec.maxHold.
+const (
+	MinMaxHold = time.Minute
+	MaxMaxHold = 7 * 24 * time.Hour
+)
+
+// Length bounds of the spec's strings, as the CRD enforces them.
+const (
+	MaxTargetLength  = 63
+	MinRepoLength    = 3
+	MaxRepoLength    = 255
+	MaxBranchLength  = 255
+	MaxPodNameLength = 253
+	MaxPodUIDLength  = 36
+	// MaxBuild bounds spec.build: the largest integer that every JSON client
+	// (JavaScript's included) reads exactly.
+	MaxBuild = 1<<53 - 1
+)
+
+// Patterns of the spec's strings, as the CRD enforces them (Go regexp and
+// the API server's CEL/OpenAPI patterns accept the same strings for these).
+const (
+	// TargetPattern is a DNS-1123 label: a namespace name.
+	TargetPattern = `^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// RepoPattern is owner/name, or GitLab's group/subgroup/name.
+	RepoPattern = `^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)+$`
+	// PodNamePattern is a DNS-1123 subdomain: a pod name.
+	PodNamePattern = `^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// PodUIDPattern is a UUID, as Kubernetes assigns pod UIDs.
+	PodUIDPattern = `^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`
+	// BranchPattern refuses control characters (C0, DEL, C1) and the Unicode
+	// bidirectional overrides, which would let a branch name rewrite what
+	// `kubectl get` and the plugin print. Git refuses the ASCII ones in ref
+	// names too.
+	BranchPattern = `^[^\x00-\x1f\x7f-\x9f\x{202a}-\x{202e}\x{2066}-\x{2069}]+$`
+	// TimePattern is an RFC 3339 date-time with an upper-case T and Z and an
+	// optional fraction of up to nine digits: what spec.timestamp and
+	// spec.renewTime accept (the API server also checks that the date
+	// exists).
+	TimePattern = `^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$`
+	// DurationPattern is a Go duration of at most four parts of at most five
+	// digits each ("30m", "1h0m0s", "1.5h", "90s"): small enough that no
+	// accepted value overflows a duration, so the bounds check always runs.
+	DurationPattern = `^([0-9]{1,5}(\.[0-9]{1,9})?(ns|us|ms|s|m|h)){1,4}$`
+)
+
+// Annotations the API defines.
+const (
+	// ForceReleaseAnnotation is the annotation that, set on a BuildLock to
+	// "who: why", ends its hold (or its wait): the operator marks it
+	// Released with reason ForceReleased and hands the lock on. The
+	// annotation stays as the record of who did it.
+	ForceReleaseAnnotation = "buildlock.io/force-release"
+	// RunIDAnnotation identifies the pipeline run that created a BuildLock
+	// (for example GitHub's run id and attempt, or a GitLab job id). A
+	// client re-attaches to an existing claim only when it carries the
+	// client's own run id (or names the client's own pod by UID); a re-run
+	// of the same build number is another run, and never shares a claim.
+	RunIDAnnotation = "buildlock.io/run-id"
+	// MaxRunIDLength bounds RunIDAnnotation's value.
+	MaxRunIDLength = 128
+)
+
+// Bounds of free text that reaches a status message or an event.
+const (
+	// MaxForceReleaseReasonLength is the longest reason `kubectl buildlock
+	// force-release --reason` accepts, in characters.
+	MaxForceReleaseReasonLength = 256
+	// MaxQuotedLength is the most characters of a free-text value (the
+	// force-release annotation) that the operator quotes in a status
+	// message or an event; a longer value is cut and marked with "…".
+	// Control characters are escaped, never printed raw.
+	MaxQuotedLength = 320
+)
