@@ -40,7 +40,7 @@ func forceReleased(c Claim) Claim {
 	c.ForceRelease = "alice: stuck deploy"
 	return c
 }
-func created(c Claim, minute int) Claim { c.Created = at(minute); return c }
+func created(c Claim, minute int) Claim  { c.Created = at(minute); return c }
 func queuedAt(c Claim, minute int) Claim { c.Phase, c.QueuedAt = Waiting, at(minute); return c }
 
 // renewing gives c a renewal the operator has not recorded, stamped at

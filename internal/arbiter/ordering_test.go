@@ -148,13 +148,13 @@ func TestNeverBackwards(t *testing.T) {
 		runDecideCases(t, map[string]decideCase{
 			string(policy.Ordering) + ": a lower build after a higher one held, its claim gone, is superseded": {
 				claims: []Claim{shop9}, grant: tenHeld, policy: policy,
-				want:   map[string]string{"shop-9": "Superseded SupersededByNewerBuild"},
-				token:  4,
+				want:  map[string]string{"shop-9": "Superseded SupersededByNewerBuild"},
+				token: 4,
 			},
 			string(policy.Ordering) + ": a re-run of a build that held does not deploy again": {
 				claims: []Claim{shop10}, grant: tenHeld, policy: policy,
-				want:   map[string]string{"shop-10": "Superseded DuplicateBuild"},
-				token:  4,
+				want:  map[string]string{"shop-10": "Superseded DuplicateBuild"},
+				token: 4,
 			},
 			string(policy.Ordering) + ": a higher build is granted and remembered": {
 				claims: []Claim{shop11}, grant: tenHeld, policy: policy,

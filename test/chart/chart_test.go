@@ -35,7 +35,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
-	"github.com/buildlock/buildlock/hack/localcluster/cluster"
+	"github.com/buildlock/buildlock/internal/localcluster"
 	"github.com/buildlock/buildlock/internal/testenv"
 )
 
@@ -61,7 +61,7 @@ func TestChart(t *testing.T) {
 	manager := buildManager(t)
 
 	// No CRD from config/: the chart's crds/ installs it.
-	c, err := cluster.Start(cluster.Options{WithoutCRDs: true})
+	c, err := localcluster.Start(localcluster.Options{WithoutCRDs: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -417,7 +417,7 @@ type runningManager struct {
 func startManager(t *testing.T, bin string, args []string, cfg *rest.Config) *runningManager {
 	t.Helper()
 	kubeconfig := filepath.Join(t.TempDir(), "manager.kubeconfig")
-	if err := cluster.WriteKubeconfig(kubeconfig, cfg, &cfg.Impersonate); err != nil {
+	if err := localcluster.WriteKubeconfig(kubeconfig, cfg, &cfg.Impersonate); err != nil {
 		t.Fatal(err)
 	}
 	m := &runningManager{done: make(chan error, 1), logs: &testenv.SyncBuffer{}, metricsAddr: freeAddr(t), probeAddr: freeAddr(t)}
