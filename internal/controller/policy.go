@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -25,43 +26,51 @@ type lockPolicy struct {
 }
 
 // lockPolicy reads the lock's BuildLockPolicy from the cache and turns it
-// into the arbiter's policy. A policy the operator cannot apply leaves the
-// lock on NewestWins, and says why in its Ready condition.
+// into the arbiter's policy (policyFor).
 func (r *LockReconciler) lockPolicy(ctx context.Context, lock arbiter.Lock) (lockPolicy, error) {
-	p := lockPolicy{arbiter: arbiter.Policy{
-		Ordering:   arbiter.NewestWins,
-		MaxHold:    r.MaxHold,
-		LineMemory: r.GrantRetention,
-	}}
 	var obj buildlockv1.BuildLockPolicy
 	err := r.Client.Get(ctx, types.NamespacedName{Namespace: lock.Namespace, Name: lock.Target}, &obj)
 	switch {
 	case apierrors.IsNotFound(err):
-		return p, nil
+		return policyFor(nil, lock, r.MaxHold, r.GrantRetention), nil
 	case err != nil:
-		return p, fmt.Errorf("reading the BuildLockPolicy of target %q in %q: %w", lock.Target, lock.Namespace, err)
+		return lockPolicy{}, fmt.Errorf("reading the BuildLockPolicy of target %q in %q: %w", lock.Target, lock.Namespace, err)
 	}
-	p.object = &obj
+	return policyFor(&obj, lock, r.MaxHold, r.GrantRetention), nil
+}
+
+// policyFor is how lock is arbitrated under obj (nil: no policy), with the
+// operator's --max-hold and --grant-retention where the policy is silent. A
+// policy the operator cannot apply leaves the lock on NewestWins, and says
+// why in its Ready condition. It has no receiver, to facilitate testing.
+func policyFor(obj *buildlockv1.BuildLockPolicy, lock arbiter.Lock, maxHold, retention time.Duration) lockPolicy {
+	p := lockPolicy{arbiter: arbiter.Policy{Ordering: arbiter.NewestWins, MaxHold: maxHold, LineMemory: retention}}
+	if obj == nil {
+		return p
+	}
+	p.object = obj
 	p.ready = metav1.Condition{Type: buildlockv1.ConditionReady, ObservedGeneration: obj.Generation}
 	ordering, ok := orderings[obj.Spec.Ordering]
 	if !ok {
 		p.ready.Status, p.ready.Reason = metav1.ConditionFalse, buildlockv1.ReasonInvalidPolicy
 		p.ready.Message = fmt.Sprintf("spec.ordering %q is not an ordering this operator knows (NewestWins, Queue or Fifo); "+
 			"target %s follows NewestWins until the policy is fixed.", obj.Spec.Ordering, lock.Target)
-		return p, nil
+		return p
 	}
 	p.arbiter.Ordering = ordering
-	maxHold := "the operator's --max-hold"
 	if obj.Spec.MaxHold != nil {
 		p.arbiter.MaxHold = obj.Spec.MaxHold.Duration
-		maxHold = "a maximum hold of " + obj.Spec.MaxHold.Duration.String()
 	}
-	if p.arbiter.MaxHold <= 0 {
-		maxHold = "no maximum hold"
+	limit := "no maximum hold"
+	switch {
+	case obj.Spec.MaxHold != nil:
+		limit = "a maximum hold of " + obj.Spec.MaxHold.Duration.String()
+	case maxHold > 0:
+		limit = "the operator's maximum hold of " + maxHold.String()
 	}
 	p.ready.Status, p.ready.Reason = metav1.ConditionTrue, buildlockv1.ReasonApplied
-	p.ready.Message = fmt.Sprintf("BuildLocks for target %s follow the ordering %s with %s.", lock.Target, ordering, maxHold)
-	return p, nil
+	p.ready.Message = fmt.Sprintf("BuildLocks for target %s follow the ordering %s, with %s.", lock.Target, ordering, limit)
+	return p
 }
 
 // orderings maps the API's orderings to the arbiter's; "" is the default.

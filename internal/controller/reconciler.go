@@ -83,15 +83,17 @@ func (r *LockReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	}
 	decision := r.decide(lock, obs, now, policy.arbiter)
 
+	lease := obs.lease // the Lease as it is after this reconcile's writes
 	if decision.GrantChanged {
 		// The cache may be stale: decide again on a live read, and record the
 		// grant only if the Lease is still what that read returned.
 		if obs, err = r.observeLive(ctx, lock, obs); err != nil {
 			return ctrl.Result{}, err
 		}
+		lease = obs.lease
 		decision = r.decide(lock, obs, now, policy.arbiter)
 		if decision.GrantChanged {
-			if _, err := writeGrant(ctx, r.Client, lock, obs.lease, decision.Grant, now); err != nil {
+			if lease, err = writeGrant(ctx, r.Client, lock, obs.lease, decision.Grant, now); err != nil {
 				r.Metrics.observeGrantWriteError(err)
 				return r.retryOnRace(ctx, err)
 			}
@@ -114,7 +116,7 @@ func (r *LockReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if len(obs.claims) == 0 {
 		// A lock nobody claims keeps its Lease for GrantRetention after its
 		// last write, then lets it go (keeping the token floor).
-		due, err := deleteIdleLease(ctx, r.Client, r.APIReader, obs.lease, r.GrantRetention, now)
+		due, err := deleteIdleLease(ctx, r.Client, r.APIReader, lease, r.GrantRetention, now)
 		if err != nil {
 			return r.retryOnRace(ctx, err)
 		}
