@@ -1,11 +1,12 @@
-# hack/chaos.mk: the chaos test of test/chaos (see
+# hack/chaos.mk: the chaos test and the soak of test/chaos (see
 # docs/reliability.md). Included from the Makefile, whose variables it uses
 # (GO_TEST_FLAGS, the envtest target, KUBEBUILDER_ASSETS, LOCALBIN). To try
 # it alone:
 #   make -f Makefile -f hack/chaos.mk chaos DURATION=1m
 # `make test` runs the short version (about a minute) as part of `go test ./...`.
 
-# How long the workload and the faults run in `make chaos`.
+# How long the workload and the faults run in `make chaos` (and `make soak`,
+# where it defaults to 30m).
 DURATION ?= 10m
 # The seed of the workload and the fault schedule: random unless given, and
 # printed, so that a failing run can be repeated with SEED=<n>. Set once here
@@ -26,6 +27,12 @@ CHAOS_FLAGS ?=
 #   queue        locks whose policy says Queue are decided as NewestWins
 BREAK ?= cas
 CHAOS_BROKEN_OUT ?= $(or $(TMPDIR),/tmp)/buildlock-chaos-broken
+# The soak's manager binary, and where its plot and samples go.
+SOAK_DURATION ?= $(if $(filter command line environment,$(origin DURATION)),$(DURATION),30m)
+SOAK_MANAGER ?= $(LOCALBIN)/manager
+SOAK_SVG ?= docs/soak.svg
+SOAK_CSV ?= $(or $(TMPDIR),/tmp)/buildlock-soak.csv
+
 ##@ Reliability
 
 .PHONY: chaos
@@ -50,3 +57,10 @@ chaos-broken: envtest ## Run the short chaos test against an operator broken on 
 		fi; grep -m 3 -A 12 'VIOLATION' $$out; grep 'violations:' $$out; \
 		echo "chaos-broken: the checker caught the operator broken with BREAK=$$b (full output in $$out)"; \
 	done
+
+.PHONY: soak
+soak: envtest ## Run the chaos workload for DURATION (30m) against bin/manager as a process, with control-plane episodes and partitions; sample its heap, goroutines and connections, plot them to docs/soak.svg.
+	go build -o $(SOAK_MANAGER) ./cmd/manager
+	@echo "soak: DURATION=$(SOAK_DURATION) SEED=$(SEED) manager=$(SOAK_MANAGER)"
+	go test ./test/chaos -run '^TestSoak$$' -count=1 -v -timeout $(CHAOS_TIMEOUT) -chaos.soak=$(SOAK_DURATION) -chaos.seed=$(SEED) \
+		-chaos.soak-manager=$(abspath $(SOAK_MANAGER)) -chaos.soak-svg=$(abspath $(SOAK_SVG)) -chaos.soak-csv=$(abspath $(SOAK_CSV)) $(CHAOS_FLAGS)
