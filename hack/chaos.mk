@@ -47,14 +47,14 @@ chaos-short: envtest ## Run the chaos package as `make test` does (the short cha
 	go test $(GO_TEST_FLAGS) ./test/chaos -count=1 -v -chaos.seed=$(SEED) $(CHAOS_FLAGS)
 
 .PHONY: chaos-broken
-chaos-broken: envtest ## Run the short chaos test against an operator broken on purpose (BREAK=cas|decide|renew-clock|rollback|queue, or several): it passes only if the checker reports violations each time.
+chaos-broken: envtest ## Run the short chaos test against an operator broken on purpose (BREAK=cas|decide|renew-clock|rollback|queue, or several): it passes only if the checker reports violations (of safety, or of liveness) each time.
 	@for b in $(BREAK); do \
 		out=$(CHAOS_BROKEN_OUT)-$$b.out; echo "chaos-broken: BREAK=$$b SEED=$(SEED)"; \
 		if go test ./test/chaos -run '^TestChaos$$' -count=1 -v -chaos.seed=$(SEED) -chaos.break=$$b $(CHAOS_FLAGS) > $$out 2>&1; then \
 			cat $$out; echo "chaos-broken: the checker found NO violation in an operator broken with BREAK=$$b"; exit 1; \
-		fi; if ! grep -q 'VIOLATION' $$out; then \
+		fi; if ! grep -qE 'VIOLATION|LIVENESS|RESTART' $$out; then \
 			cat $$out; echo "chaos-broken: the run failed, but not with a violation"; exit 1; \
-		fi; grep -m 3 -A 12 'VIOLATION' $$out; grep 'violations:' $$out; \
+		fi; grep -m 3 -A 12 -E 'VIOLATION|LIVENESS|RESTART' $$out; grep 'violations:' $$out; \
 		echo "chaos-broken: the checker caught the operator broken with BREAK=$$b (full output in $$out)"; \
 	done
 

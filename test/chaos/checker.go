@@ -541,8 +541,8 @@ func (c *Checker) checkRenewalRecorded(e Entry, cv *claimView, now time.Time) {
 	case ra.After(rt.Time):
 		c.violate(e, "renewal-observed", "%s records its renewal at %s, after the renewTime %s it was stamped with", cv.name, ra.Format(time.StampMicro), rt.Format(time.RFC3339Nano))
 	case ra.After(now.Add(c.o.Tolerance)):
-		c.violate(e, "renewal-observed", "%s records its renewal at %s, %s after the status was written (the renewal counts from when the operator saw it, not from the client's clock %s)",
-			cv.name, ra.Format(time.StampMicro), ra.Sub(now).Round(time.Millisecond), rt.Format(time.RFC3339))
+		c.violate(e, "renewal-observed", "%s records its renewal at %s, later than the status write that records it (%s): the renewal counts from when the operator saw it, not from the client's clock",
+			cv.name, ra.Format(time.RFC3339Nano), now.Format(time.RFC3339Nano))
 	}
 }
 

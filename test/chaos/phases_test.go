@@ -163,7 +163,10 @@ func (h *harness) drain(ctx context.Context) {
 			break
 		}
 		rounds++
-		s, _ = h.waitSettled(ctx, fmt.Sprintf("drain round %d", round), h.namespaces, h.targets, h.o.settleBound)
+		var took time.Duration
+		if s, took = h.waitSettled(ctx, fmt.Sprintf("drain round %d", round), h.namespaces, h.targets, h.o.settleBound); took < 0 {
+			break // reported; more rounds would only repeat it
+		}
 		for k, want := range expect {
 			got := ""
 			for _, bl := range s.claims[k] {
