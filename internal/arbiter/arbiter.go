@@ -491,7 +491,7 @@ func (d *decider) decision() Decision {
 	case d.newHolder != none:
 		c := d.claims[d.newHolder]
 		out.Grant = Grant{Holder: c.Name, HolderUID: c.UID, Token: d.maxToken() + 1, AcquiredAt: d.now,
-			Lines: d.recordLine(c), Ended: d.ended}
+			Lines: d.recordLine(c), Ended: d.ended, Writer: c.Writer}
 		out.GrantChanged = true
 	case d.grant.Holder != "":
 		// The holder ended or vanished and nobody takes over: free the lock,

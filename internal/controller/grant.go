@@ -68,7 +68,7 @@ type endingRecord struct {
 // concurrent writer makes this call fail with a Conflict or AlreadyExists
 // error, and the caller decides again. The Lease's renewTime says when it was
 // last written (deleteIdleLease counts from it).
-func writeGrant(ctx context.Context, c client.Client, lock arbiter.Lock, read *coordinationv1.Lease, grant arbiter.Grant, now time.Time) (*coordinationv1.Lease, error) {
+func writeGrant(ctx context.Context, c client.Client, lock arbiter.Lock, read *coordinationv1.Lease, grant arbiter.Grant, e *enforcement, now time.Time) (*coordinationv1.Lease, error) {
 	lease := &coordinationv1.Lease{}
 	if read != nil {
 		lease = read.DeepCopy()
@@ -96,6 +96,7 @@ func writeGrant(ctx context.Context, c client.Client, lock arbiter.Lock, read *c
 	if err := setGrantAnnotations(lease, grant); err != nil {
 		return nil, err
 	}
+	setEnforcement(lease, e)
 
 	var err error
 	if read == nil {
@@ -115,8 +116,15 @@ func setGrantAnnotations(lease *coordinationv1.Lease, grant arbiter.Grant) error
 	if lease.Annotations == nil {
 		lease.Annotations = map[string]string{}
 	}
-	delete(lease.Annotations, linesAnnotation)
-	delete(lease.Annotations, endedAnnotation)
+	for _, key := range []string{linesAnnotation, endedAnnotation, writerPodAnnotation, writerUserAnnotation} {
+		delete(lease.Annotations, key)
+	}
+	if grant.Writer.PodUID != "" {
+		lease.Annotations[writerPodAnnotation] = grant.Writer.PodUID
+	}
+	if grant.Writer.Username != "" {
+		lease.Annotations[writerUserAnnotation] = grant.Writer.Username
+	}
 	if len(grant.Lines) > 0 {
 		records := make([]lineRecord, len(grant.Lines))
 		for i, r := range grant.Lines {
@@ -167,6 +175,7 @@ func grantFromLease(lease *coordinationv1.Lease, floor int64) arbiter.Grant {
 	if lease.Spec.AcquireTime != nil {
 		g.AcquiredAt = lease.Spec.AcquireTime.Time
 	}
+	g.Writer = arbiter.Writer{PodUID: lease.Annotations[writerPodAnnotation], Username: lease.Annotations[writerUserAnnotation]}
 	var records []lineRecord
 	if s := lease.Annotations[linesAnnotation]; s != "" && json.Unmarshal([]byte(s), &records) == nil {
 		for _, r := range records {

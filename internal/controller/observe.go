@@ -152,6 +152,7 @@ func toArbiterClaim(bl *buildlockv1.BuildLock, pods map[string]arbiter.PodState)
 		Pod:          arbiter.NoPod,
 		ExpiresAfter: buildlockv1.DefaultExpiresAfter,
 		ForceRelease: bl.Annotations[buildlockv1.ForceReleaseAnnotation],
+		Writer:       writerOf(bl),
 	}
 	if bl.Spec.Timestamp != nil {
 		c.Timestamp = bl.Spec.Timestamp.Time

@@ -62,6 +62,8 @@ type LockReconciler struct {
 // +kubebuilder:rbac:groups=buildlock.io,resources=buildlockpolicies/status,verbs=update
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicybindings,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile decides one lock and applies the decision.
@@ -93,12 +95,23 @@ func (r *LockReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		lease = obs.lease
 		decision = r.decide(lock, obs, now, policy.arbiter)
 		if decision.GrantChanged {
-			if lease, err = writeGrant(ctx, r.Client, lock, obs.lease, decision.Grant, now); err != nil {
+			if lease, err = writeGrant(ctx, r.Client, lock, obs.lease, decision.Grant, policy.enforce, now); err != nil {
 				r.Metrics.observeGrantWriteError(err)
 				return r.retryOnRace(ctx, err)
 			}
 			log.V(1).Info("Recorded grant", "holder", decision.Grant.Holder, "fencingToken", decision.Grant.Token)
 		}
+	}
+
+	if !enforcementCurrent(lease, policy.enforce) || (lease == nil && policy.enforce != nil) {
+		// An enforced lock always has a Lease (a free lock then refuses
+		// every pipeline write), which carries the policy's pipelines.
+		if lease, err = writeGrant(ctx, r.Client, lock, lease, decision.Grant, policy.enforce, now); err != nil {
+			return r.retryOnRace(ctx, err)
+		}
+	}
+	if err := r.syncEnforcement(ctx, lock, &policy); err != nil {
+		return r.retryOnRace(ctx, err)
 	}
 
 	if err := r.applyStatuses(ctx, obs, decision, now); err != nil {
@@ -113,7 +126,7 @@ func (r *LockReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if err != nil {
 		return r.retryOnRace(ctx, err)
 	}
-	if len(obs.claims) == 0 {
+	if len(obs.claims) == 0 && policy.enforce == nil {
 		// A lock nobody claims keeps its Lease for GrantRetention after its
 		// last write, then lets it go (keeping the token floor).
 		due, err := deleteIdleLease(ctx, r.Client, r.APIReader, lease, r.GrantRetention, now)

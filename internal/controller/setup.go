@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -175,7 +176,8 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	// Register every informer the controller watches before the manager
 	// starts, so that waiting for the cache to sync (readiness, tests)
 	// covers them all.
-	for _, obj := range []client.Object{&buildlockv1.BuildLock{}, &buildlockv1.BuildLockPolicy{}, &coordinationv1.Lease{}, podMetadata()} {
+	for _, obj := range []client.Object{&buildlockv1.BuildLock{}, &buildlockv1.BuildLockPolicy{}, &coordinationv1.Lease{},
+		&admissionv1.ValidatingAdmissionPolicyBinding{}, podMetadata(), namespaceMetadata()} {
 		if _, err := mgr.GetCache().GetInformer(context.Background(), obj, cache.BlockUntilSynced(false)); err != nil {
 			return fmt.Errorf("registering the informer of %T: %w", obj, err)
 		}
@@ -210,18 +212,26 @@ func podMetadata() *metav1.PartialObjectMetadata {
 	return pod
 }
 
+// namespaceMetadata is the type under which namespaces are watched: their
+// labels say whether a target consents to enforcement.
+func namespaceMetadata() *metav1.PartialObjectMetadata {
+	ns := &metav1.PartialObjectMetadata{}
+	ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
+	return ns
+}
+
 // CacheOptions returns the manager's cache settings: only the given
 // namespaces (all when empty); pods reduced to the little that maps their
 // events to locks, so that memory does not grow with unrelated pods' labels,
 // annotations and managed fields; and only buildlock's own Leases.
 func CacheOptions(namespaces []string) cache.Options {
+	ours := labels.SelectorFromSet(labels.Set{managedByLabel: managedByValue})
 	opts := cache.Options{
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
-			podMetadata(): {Transform: stripPodMetadata},
-			&coordinationv1.Lease{}: {
-				Label: labels.SelectorFromSet(labels.Set{managedByLabel: managedByValue}),
-			},
+			podMetadata():           {Transform: stripPodMetadata},
+			&coordinationv1.Lease{}: {Label: ours},
+			&admissionv1.ValidatingAdmissionPolicyBinding{}: {Label: ours},
 		},
 	}
 	if len(namespaces) > 0 {
@@ -252,9 +262,11 @@ func stripPodMetadata(obj any) (any, error) {
 
 // SetupWithManager registers the indexes and watches of the lock controller:
 // BuildLocks map to their lock; pods map to the locks of the claims that
-// reference them; a BuildLockPolicy to the lock it is named after; and a grant
+// reference them; a BuildLockPolicy to the lock it is named after; a grant
 // Lease, when the cache first sees it, to its lock (so that the Leases of
-// locks nobody claims any more are cleaned up after a restart too).
+// locks nobody claims any more are cleaned up after a restart too); a
+// namespace whose buildlock.io/locked-by label changes, and an enforcement
+// binding that was deleted, to the lock they concern.
 func (r *LockReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts SetupOptions) error {
 	indexer := mgr.GetFieldIndexer()
 	if err := indexer.IndexField(ctx, &buildlockv1.BuildLock{}, targetField, func(obj client.Object) []string {
@@ -298,6 +310,26 @@ func (r *LockReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager,
 		}
 		return nil
 	})
+	// A namespace that consents (or stops consenting) to a lock's
+	// enforcement changes that lock's Enforced condition; on an update the
+	// map sees the old labels and the new.
+	namespaceToLock := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
+		if owner := obj.GetLabels()[buildlockv1.LockedByLabel]; owner != "" {
+			return []reconcile.Request{lockRequest(owner, obj.GetName())}
+		}
+		return nil
+	})
+	bindingToLock := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
+		if ns, target := obj.GetLabels()[claimsNamespaceLabel], obj.GetLabels()[targetLabel]; ns != "" && target != "" {
+			return []reconcile.Request{lockRequest(ns, target)}
+		}
+		return nil
+	})
+	onlyDeletes := predicate.Funcs{
+		CreateFunc:  func(event.CreateEvent) bool { return false },
+		UpdateFunc:  func(event.UpdateEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
 	onlyCreates := predicate.Funcs{
 		UpdateFunc:  func(event.UpdateEvent) bool { return false },
 		DeleteFunc:  func(event.DeleteEvent) bool { return false },
@@ -314,6 +346,8 @@ func (r *LockReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager,
 		WatchesMetadata(&corev1.Pod{}, podToLocks).
 		Watches(&buildlockv1.BuildLockPolicy{}, policyToLock, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&coordinationv1.Lease{}, leaseToLock, builder.WithPredicates(onlyCreates)).
+		WatchesMetadata(&corev1.Namespace{}, namespaceToLock, builder.WithPredicates(predicate.LabelChangedPredicate{})).
+		Watches(&admissionv1.ValidatingAdmissionPolicyBinding{}, bindingToLock, builder.WithPredicates(onlyDeletes)).
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: max(1, opts.MaxConcurrentReconciles),
 			SkipNameValidation:      ptr.To(opts.SkipNameValidation),
