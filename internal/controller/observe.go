@@ -63,55 +63,15 @@ func getLease(ctx context.Context, reader client.Reader, lock arbiter.Lock) (*co
 	return &lease, nil
 }
 
-// podMemo remembers the state of each pod the controller read live, with the
-// resourceVersion it read: while the pod's metadata in the cache shows that
-// same resourceVersion, the pod has not changed, and the state stands
-// without another read. So a reconcile reads live only the pods that changed
-// since (the one that finished), never every waiter's pod of a long queue.
-type podMemo struct {
-	mu   sync.Mutex
-	seen map[types.NamespacedName]podSeen
-}
-
-type podSeen struct {
-	uid             types.UID
-	resourceVersion string
-	running         bool // Pending, Running or Unknown (false: Succeeded or Failed)
-}
-
-// maxPodMemo bounds the memo; past it, the memo starts over (and the next
-// reconciles read their pods live again).
-const maxPodMemo = 100_000
-
-func (m *podMemo) get(key types.NamespacedName) (podSeen, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	s, ok := m.seen[key]
-	return s, ok
-}
-
-func (m *podMemo) put(key types.NamespacedName, s podSeen) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.seen == nil || len(m.seen) >= maxPodMemo {
-		m.seen = map[types.NamespacedName]podSeen{}
-	}
-	m.seen[key] = s
-}
-
-func (m *podMemo) forget(key types.NamespacedName) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.seen, key)
-}
-
 // observePods returns what is known of the pod of every claim that can
 // still change and has a podRef: the state from known (this reconcile's
-// earlier observation), else from the memo while the cache shows the pod
-// unchanged since it was read, else read live. A pod counts as gone only
-// when the API server says so (NotFound, or another UID); any other error
-// leaves it unknown, which the arbiter treats as alive, and is returned so
-// that the lock is decided again.
+// earlier observation), else from the cache when it is certain there (a
+// pod of the claim's UID, running or finished: a pod never leaves
+// Succeeded or Failed, and a stale Running counts as alive anyway), else
+// read live: a pod counts as gone only when the API server says so
+// (NotFound, or another UID). Any other error leaves it unknown, which the
+// arbiter treats as alive, and is returned so that the lock is decided
+// again.
 func (r *LockReconciler) observePods(ctx context.Context, claims []buildlockv1.BuildLock, known map[string]arbiter.PodState) (map[string]arbiter.PodState, error) {
 	type read struct {
 		claim string
@@ -129,15 +89,15 @@ func (r *LockReconciler) observePods(ctx context.Context, claims []buildlockv1.B
 			states[bl.Name] = s
 			continue
 		}
-		if s, ok := r.rememberedPod(ctx, bl); ok {
+		if s, ok := r.cachedPodState(ctx, bl); ok {
 			states[bl.Name] = s
 			continue
 		}
 		toRead = append(toRead, bl)
 	}
-	// Read the changed pods at once rather than one round trip after
-	// another, a few at a time: a burst of new claims on one target must not
-	// become a burst of requests.
+	// Read the rest at once rather than one round trip after another, a few
+	// at a time: a burst of new claims on one target must not become a
+	// burst of requests.
 	reads := make([]read, len(toRead))
 	slots := make(chan struct{}, maxConcurrentPodReads)
 	var wg sync.WaitGroup
@@ -145,7 +105,7 @@ func (r *LockReconciler) observePods(ctx context.Context, claims []buildlockv1.B
 		slots <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			s, err := r.readPodState(ctx, bl)
+			s, err := readPodState(ctx, r.APIReader, bl)
 			reads[i] = read{claim: bl.Name, state: s, err: err}
 		})
 	}
@@ -160,45 +120,39 @@ func (r *LockReconciler) observePods(ctx context.Context, claims []buildlockv1.B
 	return states, firstErr
 }
 
-// rememberedPod returns the state of the claim's pod from the memo, if the
-// cache shows the very object (UID and resourceVersion) that was read live.
-func (r *LockReconciler) rememberedPod(ctx context.Context, bl *buildlockv1.BuildLock) (arbiter.PodState, bool) {
-	key := types.NamespacedName{Namespace: bl.Namespace, Name: bl.Spec.PodRef.Name}
-	seen, ok := r.pods.get(key)
-	if !ok {
+// cachedPodState returns the state of the claim's pod from the cache when
+// the cache is certain of it: the pod is there, with the claim's UID (or the
+// claim names no UID).
+func (r *LockReconciler) cachedPodState(ctx context.Context, bl *buildlockv1.BuildLock) (arbiter.PodState, bool) {
+	var pod corev1.Pod
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: bl.Namespace, Name: bl.Spec.PodRef.Name}, &pod); err != nil {
 		return arbiter.PodUnknown, false
 	}
-	meta := podMetadata()
-	if err := r.Client.Get(ctx, key, meta); err != nil || meta.UID != seen.uid || meta.ResourceVersion != seen.resourceVersion {
-		return arbiter.PodUnknown, false
+	if s := podState(bl, &pod); s != arbiter.PodGone {
+		return s, true
 	}
-	return podState(bl, seen.uid, seen.running), true
+	return arbiter.PodUnknown, false
 }
 
-// readPodState reads the claim's pod live and remembers what it read.
-func (r *LockReconciler) readPodState(ctx context.Context, bl *buildlockv1.BuildLock) (arbiter.PodState, error) {
-	key := types.NamespacedName{Namespace: bl.Namespace, Name: bl.Spec.PodRef.Name}
+func readPodState(ctx context.Context, reader client.Reader, bl *buildlockv1.BuildLock) (arbiter.PodState, error) {
 	var pod corev1.Pod
-	err := r.APIReader.Get(ctx, key, &pod)
+	err := reader.Get(ctx, types.NamespacedName{Namespace: bl.Namespace, Name: bl.Spec.PodRef.Name}, &pod)
 	switch {
 	case apierrors.IsNotFound(err):
-		r.pods.forget(key)
 		return arbiter.PodGone, nil
 	case err != nil:
 		return arbiter.PodUnknown, fmt.Errorf("reading pod %s/%s of BuildLock %s: %w", bl.Namespace, bl.Spec.PodRef.Name, bl.Name, err)
 	}
-	running := pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed
-	r.pods.put(key, podSeen{uid: pod.UID, resourceVersion: pod.ResourceVersion, running: running})
-	return podState(bl, pod.UID, running), nil
+	return podState(bl, &pod), nil
 }
 
-// podState is what a pod with uid, running or not, means for claim bl: gone
-// when it is another pod than the one the claim names.
-func podState(bl *buildlockv1.BuildLock, uid types.UID, running bool) arbiter.PodState {
+// podState is what pod means for claim bl: gone when it is another pod than
+// the one the claim names, finished when it Succeeded or Failed.
+func podState(bl *buildlockv1.BuildLock, pod *corev1.Pod) arbiter.PodState {
 	switch {
-	case bl.Spec.PodRef.UID != "" && string(uid) != bl.Spec.PodRef.UID:
+	case bl.Spec.PodRef.UID != "" && string(pod.UID) != bl.Spec.PodRef.UID:
 		return arbiter.PodGone
-	case !running:
+	case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
 		return arbiter.PodFinished
 	}
 	return arbiter.PodAlive

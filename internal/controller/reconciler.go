@@ -10,9 +10,9 @@
 //
 // # Deciding from the cache, safely
 //
-// A reconcile reads the lock's claims, its Lease and its policy from the
-// informer cache, and a pod live only when the pod's metadata changed since
-// it was last read. Any of these may be stale. What keeps a stale read from
+// A reconcile reads the lock's claims, its Lease, its policy and its pods
+// from the informer cache, and a pod live only when the cache cannot tell
+// for sure that it is there. Any of these may be stale. What keeps a stale read from
 // doing harm:
 //
 //   - A decision that changes the grant (a hand-off, a freed lock) is written
@@ -33,9 +33,10 @@
 //     write, and the lock is decided again. A stale grant can at worst make
 //     a claim the grant names look Waiting for a moment; its next decision
 //     shows it Held.
-//   - A pod counts as finished or gone only on a live read (or on the memo
-//     of one, while the cache shows the very same resourceVersion); a pod
-//     that cannot be read counts as alive.
+//   - A pod counts as finished on the cache's word (a pod never leaves
+//     Succeeded or Failed), and as gone only on a live read (NotFound, or
+//     another UID): the cache may not have seen it yet. A pod that cannot be
+//     read counts as alive, and a stale Running is alive too.
 //   - The namespace's token floor is read live whenever a Lease must be
 //     created: no compare-and-swap would catch a stale floor, and a token
 //     must never repeat.
@@ -88,9 +89,6 @@ type LockReconciler struct {
 	Decide func(arbiter.Lock, []arbiter.Claim, arbiter.Grant, time.Time, arbiter.Policy) arbiter.Decision
 	// Metrics receives what happened; nil records nothing.
 	Metrics *Metrics
-
-	// pods remembers the pods read live (see podMemo).
-	pods podMemo
 }
 
 // +kubebuilder:rbac:groups=buildlock.io,resources=buildlocks,verbs=get;list;watch;delete

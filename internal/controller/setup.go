@@ -177,7 +177,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	// starts, so that waiting for the cache to sync (readiness, tests)
 	// covers them all.
 	for _, obj := range []client.Object{&buildlockv1.BuildLock{}, &buildlockv1.BuildLockPolicy{}, &coordinationv1.Lease{},
-		&admissionv1.ValidatingAdmissionPolicyBinding{}, podMetadata(), namespaceMetadata()} {
+		&admissionv1.ValidatingAdmissionPolicyBinding{}, &corev1.Pod{}, namespaceMetadata()} {
 		if _, err := mgr.GetCache().GetInformer(context.Background(), obj, cache.BlockUntilSynced(false)); err != nil {
 			return fmt.Errorf("registering the informer of %T: %w", obj, err)
 		}
@@ -204,14 +204,6 @@ type SetupOptions struct {
 	SkipNameValidation bool
 }
 
-// podMetadata is the type under which pods are watched: metadata only, so
-// that the cache does not hold full Pod objects of the whole cluster.
-func podMetadata() *metav1.PartialObjectMetadata {
-	pod := &metav1.PartialObjectMetadata{}
-	pod.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
-	return pod
-}
-
 // namespaceMetadata is the type under which namespaces are watched: their
 // labels say whether a target consents to enforcement.
 func namespaceMetadata() *metav1.PartialObjectMetadata {
@@ -221,15 +213,15 @@ func namespaceMetadata() *metav1.PartialObjectMetadata {
 }
 
 // CacheOptions returns the manager's cache settings: only the given
-// namespaces (all when empty); pods reduced to the little that maps their
-// events to locks, so that memory does not grow with unrelated pods' labels,
-// annotations and managed fields; and only buildlock's own Leases.
+// namespaces (all when empty); pods reduced to their identity and phase, so
+// that memory does not grow with unrelated pods' specs, labels and managed
+// fields; and only buildlock's own Leases and bindings.
 func CacheOptions(namespaces []string) cache.Options {
 	ours := labels.SelectorFromSet(labels.Set{managedByLabel: managedByValue})
 	opts := cache.Options{
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
-			podMetadata():           {Transform: stripPodMetadata},
+			&corev1.Pod{}:           {Transform: stripPod},
 			&coordinationv1.Lease{}: {Label: ours},
 			&admissionv1.ValidatingAdmissionPolicyBinding{}: {Label: ours},
 		},
@@ -243,20 +235,22 @@ func CacheOptions(namespaces []string) cache.Options {
 	return opts
 }
 
-// stripPodMetadata keeps only a pod's identity: the controller reads a
-// referenced pod's phase live, and needs the watch only to learn that
-// something about the pod changed.
-func stripPodMetadata(obj any) (any, error) {
-	pod, ok := obj.(*metav1.PartialObjectMetadata)
+// stripPod keeps only what the controller needs of a pod: its identity and
+// its phase. So the cache holds a few hundred bytes per pod of the cluster,
+// not whole pods, and deciding a lock reads no pod live unless the cache
+// cannot say it is gone for sure.
+func stripPod(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
 	if !ok {
 		return obj, nil
 	}
-	return &metav1.PartialObjectMetadata{
+	return &corev1.Pod{
 		TypeMeta: pod.TypeMeta,
 		ObjectMeta: metav1.ObjectMeta{
 			Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID,
 			ResourceVersion: pod.ResourceVersion, DeletionTimestamp: pod.DeletionTimestamp,
 		},
+		Status: corev1.PodStatus{Phase: pod.Status.Phase},
 	}, nil
 }
 
@@ -343,7 +337,7 @@ func (r *LockReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager,
 		// force-release is an annotation.
 		Watches(&buildlockv1.BuildLock{}, claimToLock, builder.WithPredicates(
 			predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
-		WatchesMetadata(&corev1.Pod{}, podToLocks).
+		Watches(&corev1.Pod{}, podToLocks).
 		Watches(&buildlockv1.BuildLockPolicy{}, policyToLock, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&coordinationv1.Lease{}, leaseToLock, builder.WithPredicates(onlyCreates)).
 		WatchesMetadata(&corev1.Namespace{}, namespaceToLock, builder.WithPredicates(predicate.LabelChangedPredicate{})).
