@@ -1,0 +1,67 @@
+package examples
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+// assertSaysSuperseded fails the test unless the output tells the reader
+// that a newer build supersedes this one and that the pipeline stops.
+func assertSaysSuperseded(t *testing.T, output string) {
+	t.Helper()
+	lower := strings.ToLower(output)
+	if !strings.Contains(lower, "superseded") || !strings.Contains(lower, "newer build") {
+		t.Errorf("the output does not say that a newer build superseded this one:\n%s", output)
+	}
+}
+
+// assertNothingAfter fails the test when anything deployed or took another
+// lock after the superseded staging claim.
+func assertNothingAfter(t *testing.T, calls []call, output string) {
+	t.Helper()
+	for _, c := range acquires(calls) {
+		if target, _ := c.flag("--target"); target != "staging" {
+			t.Errorf("the superseded build went on to claim %s; output:\n%s", target, output)
+		}
+	}
+	if n := len(named(calls, stubDeploy)); n > 0 {
+		t.Errorf("the superseded build deployed %d times; output:\n%s", n, output)
+	}
+}
+
+// TestTektonSupersededStopsPipeline: staging's claim is superseded, so
+// production must not run.
+func TestTektonSupersededStopsPipeline(t *testing.T) {
+	p, tasks := tektonExample(t)
+	s := newStubs(t)
+	run := runTektonPipeline(t, s, p, tasks, map[string]any{"repo": "acme/shop", "branch": "main", "build": "42"},
+		[]string{"STUB_ACQUIRE=staging=3"})
+	out := run.output.String()
+	assertNothingAfter(t, s.calls(t), out)
+	if slices.Contains(run.ran, "deploy-production") {
+		t.Errorf("deploy-production ran for a superseded build; output:\n%s", out)
+	}
+	assertSaysSuperseded(t, out)
+}
+
+// TestGitLabSupersededStopsPipeline: staging's claim is superseded, so the
+// staging job must fail (an allowed failure would let production run) and
+// production must not run.
+func TestGitLabSupersededStopsPipeline(t *testing.T) {
+	p := gitlabExample(t)
+	s := newStubs(t)
+	run := runGitLab(t, s, p, gitlabPredefined(), []string{
+		"STUB_ACQUIRE=staging=3",
+		"STUB_KUBECTL_WAIT=1", "STUB_KUBECTL_PHASE=Superseded",
+	})
+	out := run.output.String()
+	assertNothingAfter(t, s.calls(t), out)
+	if st := run.status["deploy-production"]; st != jobSkipped {
+		t.Errorf("deploy-production %s for a superseded build, want %s; output:\n%s", st, jobSkipped, out)
+	}
+	if st := run.status["deploy-staging"]; st != jobFailed {
+		t.Errorf("deploy-staging %s for a superseded build, want %s so that no later job runs", st, jobFailed)
+	}
+	assertSaysSuperseded(t, out)
+}
