@@ -1,0 +1,109 @@
+package examples
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// requireTool returns the path of a linter on PATH. Without it the test
+// skips, unless $REQUIRE_LINTERS is set (as `make lint-examples` and CI do).
+func requireTool(t *testing.T, name string) string {
+	t.Helper()
+	path, err := exec.LookPath(name)
+	if err == nil {
+		return path
+	}
+	if os.Getenv("REQUIRE_LINTERS") != "" {
+		t.Fatalf("%s is not on PATH, and REQUIRE_LINTERS is set", name)
+	}
+	t.Skipf("%s is not on PATH (set REQUIRE_LINTERS=1 to make that a failure)", name)
+	return ""
+}
+
+// embeddedScript is one script a CI system runs, taken out of its file.
+type embeddedScript struct {
+	where   string // the file and the step or job
+	dialect string // shellcheck's shell: sh or bash
+	text    string
+}
+
+// embeddedScripts returns every script of the examples and building blocks.
+func embeddedScripts(t *testing.T) []embeddedScript {
+	t.Helper()
+	var out []embeddedScript
+	out = append(out, tektonScripts(t)...)
+	out = append(out, gitlabScripts(t)...)
+	return out
+}
+
+// tektonScripts returns the steps' scripts with the Tekton variables that
+// may appear in a script (result paths) replaced as Tekton would.
+func tektonScripts(t *testing.T) []embeddedScript {
+	t.Helper()
+	_, tasks := tektonExample(t)
+	var out []embeddedScript
+	for _, task := range tasks {
+		vars := map[string]string{}
+		for _, r := range task.Spec.Results {
+			vars["results."+r.Name+".path"] = "/tekton/results/" + r.Name
+		}
+		for _, step := range task.Spec.Steps {
+			text := tektonSubst(step.Script, vars)
+			dialect := "sh"
+			if strings.HasPrefix(text, "#!/bin/bash") || strings.HasPrefix(text, "#!/usr/bin/env bash") {
+				dialect = "bash"
+			}
+			out = append(out, embeddedScript{where: "Task " + task.Metadata.Name + " step " + step.Name, dialect: dialect, text: text})
+		}
+	}
+	return out
+}
+
+// gitlabScripts returns each job's script (before_script and script, as
+// one shell runs them) and after_script. They are checked as sh: the runner
+// falls back to sh in images without bash.
+func gitlabScripts(t *testing.T) []embeddedScript {
+	t.Helper()
+	p := gitlabExample(t)
+	var out []embeddedScript
+	for name, job := range p.jobs {
+		out = append(out, embeddedScript{
+			where:   "GitLab job " + name,
+			dialect: "sh",
+			text:    strings.Join(append(append([]string{}, job.BeforeScript...), job.Script...), "\n") + "\n",
+		})
+		if len(job.AfterScript) > 0 {
+			out = append(out, embeddedScript{where: "GitLab job " + name + " after_script", dialect: "sh", text: strings.Join(job.AfterScript, "\n") + "\n"})
+		}
+	}
+	return out
+}
+
+// TestShellcheck runs shellcheck on every embedded script.
+func TestShellcheck(t *testing.T) {
+	shellcheck := requireTool(t, "shellcheck")
+	for _, s := range embeddedScripts(t) {
+		t.Run(s.where, func(t *testing.T) {
+			cmd := exec.Command(shellcheck, "--shell="+s.dialect, "--format=gcc", "-")
+			cmd.Stdin = strings.NewReader(s.text)
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			if err := cmd.Run(); err != nil {
+				t.Errorf("shellcheck: %v\n%s\nthe script:\n%s", err, out.String(), numbered(s.text))
+			}
+		})
+	}
+}
+
+// numbered returns text with line numbers, to read shellcheck's positions.
+func numbered(text string) string {
+	var b strings.Builder
+	for i, line := range strings.Split(strings.TrimSuffix(text, "\n"), "\n") {
+		fmt.Fprintf(&b, "%4d  %s\n", i+1, line)
+	}
+	return b.String()
+}
