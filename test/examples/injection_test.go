@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -47,6 +48,23 @@ func assertFlags(t *testing.T, calls []call, want string, flags ...string) {
 	}
 }
 
+// assertDeployed fails the test unless ./deploy.sh ran once per target, in
+// order, with the target as its argument and the fencing token and target in
+// its environment.
+func assertDeployed(t *testing.T, calls []call, output string, targets ...string) {
+	t.Helper()
+	deploys := named(calls, stubDeploy)
+	if len(deploys) != len(targets) {
+		t.Fatalf("./deploy.sh ran %d times, want %d (%v); output:\n%s", len(deploys), len(targets), targets, output)
+	}
+	for i, d := range deploys {
+		if !slices.Equal(d.Args, []string{targets[i]}) || d.Env["BUILDLOCK_FENCING_TOKEN"] != stubToken || d.Env["BUILDLOCK_TARGET"] != targets[i] {
+			t.Errorf("./deploy.sh %q ran with BUILDLOCK_FENCING_TOKEN=%q BUILDLOCK_TARGET=%q, want %s with token %s",
+				d.Args, d.Env["BUILDLOCK_FENCING_TOKEN"], d.Env["BUILDLOCK_TARGET"], targets[i], stubToken)
+		}
+	}
+}
+
 // TestTektonPassesParamsAsData runs the example Pipeline with hostile repo,
 // branch and build params: no step may run them, and the plugin must receive
 // each intact.
@@ -73,9 +91,7 @@ func TestTektonPassesParamsAsData(t *testing.T) {
 				t.Fatalf("got %d acquire calls, want 2 (staging, production); output:\n%s", len(acq), out)
 			}
 			assertFlags(t, named(calls, stubPlugin), value, "--repo", "--branch", "--build")
-			if n := len(named(calls, stubDeploy)); n != 2 {
-				t.Errorf("./deploy.sh ran %d times, want 2; output:\n%s", n, out)
-			}
+			assertDeployed(t, calls, out, "staging", "production")
 		})
 	}
 }

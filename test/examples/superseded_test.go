@@ -42,6 +42,9 @@ func TestTektonSupersededStopsPipeline(t *testing.T) {
 	if slices.Contains(run.ran, "deploy-production") {
 		t.Errorf("deploy-production ran for a superseded build; output:\n%s", out)
 	}
+	if run.failed != "deploy-staging" {
+		t.Errorf("the failed task is %q, want deploy-staging: a superseded build fails its TaskRun so that no later task starts", run.failed)
+	}
 	assertSaysSuperseded(t, out)
 }
 

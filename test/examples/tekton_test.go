@@ -344,6 +344,9 @@ func tektonExample(t *testing.T) (tektonPipeline, map[string]tektonTask) {
 	var p tektonPipeline
 	readYAML(t, "examples/tekton/pipeline.yaml", &p)
 	var task tektonTask
-	readYAML(t, "examples/tekton/task.yaml", &task)
+	readYAML(t, tektonCatalogTask, &task)
 	return p, map[string]tektonTask{task.Metadata.Name: task}
 }
+
+// tektonCatalogTask is the catalog Task that the example Pipeline uses.
+const tektonCatalogTask = "tekton/task/buildlock-deploy/0.1/buildlock-deploy.yaml"
