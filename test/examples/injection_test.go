@@ -2,6 +2,7 @@ package examples
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -21,6 +22,29 @@ func hostileValues(marker string) map[string]string {
 		"newline":                       "main\ntouch " + marker,
 		"IFS and variables":             "${IFS}$HOME;touch${IFS}" + marker,
 		"an option":                     "--target=production",
+	}
+}
+
+// withHostileValues runs f in a subtest for each hostile value, made with a
+// marker file of the subtest's own; f then checks that nothing ran it, and
+// gets the stubs' calls and the output, with at least two acquire calls
+// (staging, production) among them.
+func withHostileValues(t *testing.T, run func(t *testing.T, s *stubs, value string) string, check func(t *testing.T, calls []call, out, value string)) {
+	t.Helper()
+	for name := range hostileValues("") {
+		t.Run(name, func(t *testing.T) {
+			marker := filepath.Join(t.TempDir(), "PWNED")
+			value := hostileValues(marker)[name]
+			s := newStubs(t)
+			out := run(t, s, value)
+			assertNotRun(t, marker, out)
+			calls := s.calls(t)
+			if n := len(acquires(calls)); n != 2 {
+				t.Fatalf("got %d acquire calls, want 2 (staging, production); output:\n%s", n, out)
+			}
+			check(t, calls, out, value)
+			assertDeployed(t, calls, out, "staging", "production")
+		})
 	}
 }
 
@@ -44,6 +68,16 @@ func assertFlags(t *testing.T, calls []call, want string, flags ...string) {
 				t.Errorf("%s %q: %s is %q, want %q", c.Name, c.Args, f, got, want)
 				break
 			}
+		}
+	}
+}
+
+// assertEnv fails the test unless the call had each variable set to want.
+func assertEnv(t *testing.T, c call, want string, vars ...string) {
+	t.Helper()
+	for _, v := range vars {
+		if c.Env[v] != want {
+			t.Errorf("%s got %s=%q, want %q", c.Name, v, c.Env[v], want)
 		}
 	}
 }
@@ -77,21 +111,55 @@ func TestTektonPassesParamsAsData(t *testing.T) {
 			}
 		}
 	}
-	for name := range hostileValues("") {
-		t.Run(name, func(t *testing.T) {
-			marker := filepath.Join(t.TempDir(), "PWNED")
-			value := hostileValues(marker)[name]
-			s := newStubs(t)
-			run := runTektonPipeline(t, s, p, tasks, map[string]any{"repo": value, "branch": value, "build": value}, nil)
-			out := run.output.String()
-			assertNotRun(t, marker, out)
-			calls := s.calls(t)
-			acq := acquires(calls)
-			if len(acq) != 2 {
-				t.Fatalf("got %d acquire calls, want 2 (staging, production); output:\n%s", len(acq), out)
+	withHostileValues(t, func(t *testing.T, s *stubs, value string) string {
+		params := map[string]any{"repo": value, "branch": value, "build": value}
+		return runTektonPipeline(t, s, p, tasks, params, nil).output.String()
+	}, func(t *testing.T, calls []call, _, value string) {
+		assertFlags(t, named(calls, stubPlugin), value, "--repo", "--branch", "--build")
+	})
+}
+
+// TestGitHubPassesValuesAsData runs the example workflow for a push whose
+// repository, branch, run number and commit message are hostile: the plugin
+// must read them intact from its environment, and the deploy script get the
+// commit message intact in CHANGE_CAUSE.
+func TestGitHubPassesValuesAsData(t *testing.T) {
+	w := githubExample(t)
+	withHostileValues(t, func(t *testing.T, s *stubs, value string) string {
+		event := ghEvent{repository: value, refName: value, headRef: value, runNumber: value, commitMessage: value}
+		r := newGHRun(t, s, event, "STUB_RELEASES="+fakeRelease(t, "v0.1.0"))
+		r.runWorkflow(w)
+		return r.output.String()
+	}, func(t *testing.T, calls []call, _, value string) {
+		for _, c := range acquires(calls) {
+			assertEnv(t, c, value, "GITHUB_REPOSITORY", "GITHUB_REF_NAME", "GITHUB_RUN_NUMBER")
+		}
+		for _, d := range named(calls, stubDeploy) {
+			assertEnv(t, d, value, "CHANGE_CAUSE")
+		}
+	})
+}
+
+// TestNoExpressionInGitHubScripts: a ${{ }} in a run: (or in the action's
+// command input, which is script text too) is pasted in as code.
+func TestNoExpressionInGitHubScripts(t *testing.T) {
+	check := func(where string, steps []ghStep) {
+		for i, s := range steps {
+			texts := []string{s.Run}
+			if strings.HasPrefix(s.Uses, "buildlock/buildlock@") {
+				texts = append(texts, fmt.Sprint(s.With["command"]))
 			}
-			assertFlags(t, named(calls, stubPlugin), value, "--repo", "--branch", "--build")
-			assertDeployed(t, calls, out, "staging", "production")
-		})
+			for _, text := range texts {
+				if strings.Contains(text, "${{") {
+					t.Errorf("%s step %d (%s): a ${{ }} in script text runs its value as code; pass it through env", where, i, s.Name)
+				}
+			}
+		}
 	}
+	for name, job := range githubExample(t).Jobs {
+		check("examples/github-actions/deploy.yaml job "+name, job.Steps)
+	}
+	var a ghAction
+	readYAML(t, "action.yml", &a)
+	check("action.yml", a.Runs.Steps)
 }

@@ -9,10 +9,14 @@ import (
 	"testing"
 )
 
-// requireTool returns the path of a linter on PATH. Without it the test
-// skips, unless $REQUIRE_LINTERS is set (as `make lint-examples` and CI do).
+// requireTool returns the path of a linter: $NAME (upper case) if set, else
+// name on PATH. Without it the test skips, unless $REQUIRE_LINTERS is set (as
+// `make lint-examples` and CI do).
 func requireTool(t *testing.T, name string) string {
 	t.Helper()
+	if path := os.Getenv(strings.ToUpper(name)); path != "" {
+		return path
+	}
 	path, err := exec.LookPath(name)
 	if err == nil {
 		return path
@@ -37,6 +41,28 @@ func embeddedScripts(t *testing.T) []embeddedScript {
 	var out []embeddedScript
 	out = append(out, tektonScripts(t)...)
 	out = append(out, gitlabScripts(t)...)
+	out = append(out, githubScripts(t)...)
+	return out
+}
+
+// githubScripts returns the run: steps of the example workflow and of the
+// composite action; bash runs them.
+func githubScripts(t *testing.T) []embeddedScript {
+	t.Helper()
+	var out []embeddedScript
+	add := func(where string, steps []ghStep) {
+		for i, s := range steps {
+			if s.Run != "" {
+				out = append(out, embeddedScript{where: fmt.Sprintf("%s step %d %s", where, i, s.ID+s.Name), dialect: "bash", text: s.Run})
+			}
+		}
+	}
+	for name, job := range githubExample(t).Jobs {
+		add("GitHub job "+name, job.Steps)
+	}
+	var a ghAction
+	readYAML(t, "action.yml", &a)
+	add("action.yml", a.Runs.Steps)
 	return out
 }
 
@@ -96,6 +122,19 @@ func TestShellcheck(t *testing.T) {
 				t.Errorf("shellcheck: %v\n%s\nthe script:\n%s", err, out.String(), numbered(s.text))
 			}
 		})
+	}
+}
+
+// TestActionlint lints the example workflow with actionlint, which also
+// runs shellcheck on its scripts and flags untrusted ${{ }} in them.
+// (actionlint does not lint action.yml: TestShellcheck and
+// TestNoExpressionInGitHubScripts cover it.)
+func TestActionlint(t *testing.T) {
+	actionlint := requireTool(t, "actionlint")
+	requireTool(t, "shellcheck")
+	cmd := exec.Command(actionlint, "-no-color", repoFile(t, "examples/github-actions/deploy.yaml"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("actionlint: %v\n%s", err, out)
 	}
 }
 

@@ -30,6 +30,19 @@ func assertNothingAfter(t *testing.T, calls []call, output string) {
 	}
 }
 
+// assertStagingStoppedProduction fails the test unless the deploy-staging
+// job failed (a job that passes or is allowed to fail lets later jobs run)
+// and deploy-production was skipped.
+func assertStagingStoppedProduction(t *testing.T, status map[string]string, output string) {
+	t.Helper()
+	if st := status["deploy-production"]; st != jobSkipped {
+		t.Errorf("deploy-production %s for a superseded build, want %s; output:\n%s", st, jobSkipped, output)
+	}
+	if st := status["deploy-staging"]; st != jobFailed {
+		t.Errorf("deploy-staging %s for a superseded build, want %s so that no later job runs", st, jobFailed)
+	}
+}
+
 // TestTektonSupersededStopsPipeline: staging's claim is superseded, so
 // production must not run.
 func TestTektonSupersededStopsPipeline(t *testing.T) {
@@ -60,11 +73,21 @@ func TestGitLabSupersededStopsPipeline(t *testing.T) {
 	})
 	out := run.output.String()
 	assertNothingAfter(t, s.calls(t), out)
-	if st := run.status["deploy-production"]; st != jobSkipped {
-		t.Errorf("deploy-production %s for a superseded build, want %s; output:\n%s", st, jobSkipped, out)
-	}
-	if st := run.status["deploy-staging"]; st != jobFailed {
-		t.Errorf("deploy-staging %s for a superseded build, want %s so that no later job runs", st, jobFailed)
-	}
+	assertStagingStoppedProduction(t, run.status, out)
 	assertSaysSuperseded(t, out)
+}
+
+// TestGitHubSupersededStopsWorkflow: staging's claim is superseded, so the
+// staging job fails and deploy-production, which needs it, is skipped.
+func TestGitHubSupersededStopsWorkflow(t *testing.T) {
+	s := newStubs(t)
+	r := newGHRun(t, s, defaultGHEvent(), "STUB_RELEASES="+fakeRelease(t, "v0.1.0"), "STUB_ACQUIRE=staging=3")
+	r.runWorkflow(githubExample(t))
+	out := r.output.String()
+	assertNothingAfter(t, s.calls(t), out)
+	assertStagingStoppedProduction(t, r.status, out)
+	assertSaysSuperseded(t, out)
+	if !strings.Contains(out, "::warning title=buildlock superseded on staging::") {
+		t.Errorf("no warning annotation for the superseded build; output:\n%s", out)
+	}
 }
