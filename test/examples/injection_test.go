@@ -163,3 +163,24 @@ func TestNoExpressionInGitHubScripts(t *testing.T) {
 	readYAML(t, "action.yml", &a)
 	check("action.yml", a.Runs.Steps)
 }
+
+// TestGitLabPassesValuesAsData runs the example pipeline with hostile
+// predefined variables: the plugin must read them intact from its
+// environment, and the deploy script get the commit title intact.
+func TestGitLabPassesValuesAsData(t *testing.T) {
+	p := gitlabExample(t)
+	withHostileValues(t, func(t *testing.T, s *stubs, value string) string {
+		vars := gitlabPredefined()
+		for _, v := range []string{"CI_PROJECT_PATH", "CI_COMMIT_REF_NAME", "CI_COMMIT_BRANCH", "CI_PIPELINE_IID", "CI_COMMIT_TITLE", "CI_COMMIT_MESSAGE"} {
+			vars[v] = value
+		}
+		return runGitLab(t, s, p, vars, nil).output.String()
+	}, func(t *testing.T, calls []call, _, value string) {
+		for _, c := range acquires(calls) {
+			assertEnv(t, c, value, "CI_PROJECT_PATH", "CI_COMMIT_REF_NAME", "CI_PIPELINE_IID")
+		}
+		for _, d := range named(calls, stubDeploy) {
+			assertEnv(t, d, value, "CHANGE_CAUSE")
+		}
+	})
+}

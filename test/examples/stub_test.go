@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,10 +19,9 @@ import (
 // its arguments, environment and working directory as one JSON line in
 // $STUB_LOG and acts out the outcome the test asked for.
 const (
-	stubPlugin  = "kubectl-buildlock"
-	stubKubectl = "kubectl"
-	stubCurl    = "curl"
-	stubDeploy  = "deploy.sh"
+	stubPlugin = "kubectl-buildlock"
+	stubCurl   = "curl"
+	stubDeploy = "deploy.sh"
 )
 
 // stubToken is the fencing token the stub plugin grants.
@@ -31,7 +29,7 @@ const stubToken = "7"
 
 func TestMain(m *testing.M) {
 	switch filepath.Base(os.Args[0]) {
-	case stubPlugin, stubKubectl, stubCurl, stubDeploy:
+	case stubPlugin, stubCurl, stubDeploy:
 		os.Exit(runStub(filepath.Base(os.Args[0]), os.Args[1:]))
 	}
 	os.Exit(m.Run())
@@ -39,11 +37,10 @@ func TestMain(m *testing.M) {
 
 // call is one recorded start of a stubbed program.
 type call struct {
-	Name  string            `json:"name"`
-	Args  []string          `json:"args"`
-	Env   map[string]string `json:"env"`
-	Dir   string            `json:"dir"`
-	Stdin string            `json:"stdin,omitempty"`
+	Name string            `json:"name"`
+	Args []string          `json:"args"`
+	Env  map[string]string `json:"env"`
+	Dir  string            `json:"dir"`
 }
 
 // flag returns the value that follows name in the arguments (before any
@@ -79,10 +76,6 @@ func runStub(name string, args []string) int {
 		k, v, _ := strings.Cut(kv, "=")
 		c.Env[k] = v
 	}
-	if name == stubKubectl && slices.Contains(args, "-f") {
-		in, _ := io.ReadAll(os.Stdin)
-		c.Stdin = string(in)
-	}
 	if err := record(c); err != nil {
 		fmt.Fprintf(os.Stderr, "stub %s: %v\n", name, err)
 		return 99
@@ -90,8 +83,6 @@ func runStub(name string, args []string) int {
 	switch name {
 	case stubPlugin:
 		return stubAcquire(c)
-	case stubKubectl:
-		return stubKubectlCmd(c)
 	case stubCurl:
 		return stubDownload(c)
 	}
@@ -170,33 +161,6 @@ func stubAcquire(c call) int {
 	return 0
 }
 
-// stubKubectlCmd acts out the plain-kubectl way: apply and delete succeed,
-// wait exits $STUB_KUBECTL_WAIT (default 0), get prints the phase
-// $STUB_KUBECTL_PHASE or the fencing token (or fails with
-// $STUB_KUBECTL_GET_TOKEN_EXIT).
-func stubKubectlCmd(c call) int {
-	if len(c.Args) == 0 {
-		return 2
-	}
-	switch c.Args[0] {
-	case "wait":
-		return envInt("STUB_KUBECTL_WAIT", 0)
-	case "get":
-		joined := strings.Join(c.Args, " ")
-		switch {
-		case strings.Contains(joined, ".status.phase"):
-			fmt.Print(os.Getenv("STUB_KUBECTL_PHASE"))
-		case strings.Contains(joined, ".status.fencingToken"):
-			if code := envInt("STUB_KUBECTL_GET_TOKEN_EXIT", 0); code != 0 {
-				fmt.Fprintln(os.Stderr, "error: the server is currently unable to handle the request")
-				return code
-			}
-			fmt.Print(stubToken)
-		}
-	}
-	return 0
-}
-
 // stubDownload acts out `curl -o FILE URL` for release downloads: it copies
 // the file named by the URL's path after /releases/download/ from
 // $STUB_RELEASES, or fails as curl -f does on a 404.
@@ -253,7 +217,7 @@ func newStubs(t *testing.T) *stubs {
 			t.Fatal(err)
 		}
 	}
-	for _, name := range []string{stubPlugin, stubKubectl, stubCurl} {
+	for _, name := range []string{stubPlugin, stubCurl} {
 		if err := os.Symlink(exe, filepath.Join(s.bin, name)); err != nil {
 			t.Fatal(err)
 		}

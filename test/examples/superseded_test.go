@@ -67,10 +67,7 @@ func TestTektonSupersededStopsPipeline(t *testing.T) {
 func TestGitLabSupersededStopsPipeline(t *testing.T) {
 	p := gitlabExample(t)
 	s := newStubs(t)
-	run := runGitLab(t, s, p, gitlabPredefined(), []string{
-		"STUB_ACQUIRE=staging=3",
-		"STUB_KUBECTL_WAIT=1", "STUB_KUBECTL_PHASE=Superseded",
-	})
+	run := runGitLab(t, s, p, gitlabPredefined(), []string{"STUB_ACQUIRE=staging=3"})
 	out := run.output.String()
 	assertNothingAfter(t, s.calls(t), out)
 	assertStagingStoppedProduction(t, run.status, out)
