@@ -9,7 +9,7 @@
 //   - a superseded build (the plugin exits 3) stops the rest of the pipeline
 //     and says why;
 //   - every embedded script passes shellcheck, and the GitHub workflow
-//     actionlint, when those tools are on PATH ($REQUIRE_LINTERS=1, as in
+//     actionlint, when those tools are on PATH ($REQUIRE_TOOLS=1, as in
 //     `make lint-examples`, makes a missing tool a failure).
 //
 // The CI systems are emulated, not run: each helper (tekton_test.go,

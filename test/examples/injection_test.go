@@ -25,14 +25,16 @@ func hostileValues(marker string) map[string]string {
 	}
 }
 
-// withHostileValues runs f in a subtest for each hostile value, made with a
-// marker file of the subtest's own; f then checks that nothing ran it, and
-// gets the stubs' calls and the output, with at least two acquire calls
-// (staging, production) among them.
+// withHostileValues runs a pipeline in a parallel subtest for each hostile
+// value, made with a marker file of the subtest's own. It checks that
+// nothing ran the value, that the pipeline acquired and deployed to staging
+// and then production, and lets check look at the stubs' calls and the
+// output.
 func withHostileValues(t *testing.T, run func(t *testing.T, s *stubs, value string) string, check func(t *testing.T, calls []call, out, value string)) {
 	t.Helper()
 	for name := range hostileValues("") {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			marker := filepath.Join(t.TempDir(), "PWNED")
 			value := hostileValues(marker)[name]
 			s := newStubs(t)
@@ -181,6 +183,27 @@ func TestGitLabPassesValuesAsData(t *testing.T) {
 		}
 		for _, d := range named(calls, stubDeploy) {
 			assertEnv(t, d, value, "CHANGE_CAUSE")
+		}
+	})
+}
+
+// TestJenkinsPassesValuesAsData runs the example Jenkinsfile with hostile
+// job name, branch, build number and change title: the plugin must read them
+// intact from its environment, and the deploy script get the title intact.
+func TestJenkinsPassesValuesAsData(t *testing.T) {
+	requireTool(t, "groovy")
+	withHostileValues(t, func(t *testing.T, s *stubs, value string) string {
+		vars := map[string]string{}
+		for _, v := range []string{"JOB_NAME", "BRANCH_NAME", "GIT_BRANCH", "BUILD_NUMBER", "CHANGE_TITLE"} {
+			vars[v] = value
+		}
+		return runJenkins(t, s, vars).output
+	}, func(t *testing.T, calls []call, _, value string) {
+		for _, c := range named(calls, stubPlugin) {
+			assertEnv(t, c, value, "JOB_NAME", "BRANCH_NAME", "BUILD_NUMBER")
+		}
+		for _, d := range named(calls, stubDeploy) {
+			assertEnv(t, d, value, "CHANGE_TITLE")
 		}
 	})
 }

@@ -9,8 +9,8 @@ import (
 	"testing"
 )
 
-// requireTool returns the path of a linter: $NAME (upper case) if set, else
-// name on PATH. Without it the test skips, unless $REQUIRE_LINTERS is set (as
+// requireTool returns the path of a tool: $NAME (upper case) if set, else
+// name on PATH. Without it the test skips, unless $REQUIRE_TOOLS is set (as
 // `make lint-examples` and CI do).
 func requireTool(t *testing.T, name string) string {
 	t.Helper()
@@ -21,10 +21,10 @@ func requireTool(t *testing.T, name string) string {
 	if err == nil {
 		return path
 	}
-	if os.Getenv("REQUIRE_LINTERS") != "" {
-		t.Fatalf("%s is not on PATH, and REQUIRE_LINTERS is set", name)
+	if os.Getenv("REQUIRE_TOOLS") != "" {
+		t.Fatalf("%s is not on PATH, and REQUIRE_TOOLS is set", name)
 	}
-	t.Skipf("%s is not on PATH (set REQUIRE_LINTERS=1 to make that a failure)", name)
+	t.Skipf("%s is not on PATH (set REQUIRE_TOOLS=1 to make that a failure)", name)
 	return ""
 }
 
@@ -42,6 +42,8 @@ func embeddedScripts(t *testing.T) []embeddedScript {
 	out = append(out, tektonScripts(t)...)
 	out = append(out, gitlabScripts(t)...)
 	out = append(out, githubScripts(t)...)
+	out = append(out, groovyScripts(t, "examples/jenkins/Jenkinsfile")...)
+	out = append(out, groovyScripts(t, "vars/buildlock.groovy")...)
 	return out
 }
 

@@ -22,6 +22,7 @@ const (
 	stubPlugin = "kubectl-buildlock"
 	stubCurl   = "curl"
 	stubDeploy = "deploy.sh"
+	stubMake   = "make" // a build step before the deploys
 )
 
 // stubToken is the fencing token the stub plugin grants.
@@ -29,7 +30,7 @@ const stubToken = "7"
 
 func TestMain(m *testing.M) {
 	switch filepath.Base(os.Args[0]) {
-	case stubPlugin, stubCurl, stubDeploy:
+	case stubPlugin, stubCurl, stubDeploy, stubMake:
 		os.Exit(runStub(filepath.Base(os.Args[0]), os.Args[1:]))
 	}
 	os.Exit(m.Run())
@@ -85,6 +86,9 @@ func runStub(name string, args []string) int {
 		return stubAcquire(c)
 	case stubCurl:
 		return stubDownload(c)
+	}
+	if name == stubMake {
+		return 0
 	}
 	return envInt("STUB_DEPLOY_EXIT", 0)
 }
@@ -217,7 +221,7 @@ func newStubs(t *testing.T) *stubs {
 			t.Fatal(err)
 		}
 	}
-	for _, name := range []string{stubPlugin, stubCurl} {
+	for _, name := range []string{stubPlugin, stubCurl, stubMake} {
 		if err := os.Symlink(exe, filepath.Join(s.bin, name)); err != nil {
 			t.Fatal(err)
 		}

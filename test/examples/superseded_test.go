@@ -1,6 +1,7 @@
 package examples
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -87,4 +88,21 @@ func TestGitHubSupersededStopsWorkflow(t *testing.T) {
 	if !strings.Contains(out, "::warning title=buildlock superseded on staging::") {
 		t.Errorf("no warning annotation for the superseded build; output:\n%s", out)
 	}
+}
+
+// TestJenkinsSupersededStopsPipeline: staging's claim is superseded, so the
+// staging stage fails without deploying, the production stage is skipped,
+// and the build ends NOT_BUILT with a description that says why.
+func TestJenkinsSupersededStopsPipeline(t *testing.T) {
+	s := newStubs(t)
+	run := runJenkins(t, s, nil, "STUB_ACQUIRE=staging=3")
+	assertNothingAfter(t, s.calls(t), run.output)
+	want := map[string]string{"Build": "passed", "Deploy to staging": "failed", "Deploy to production": "skipped"}
+	if !maps.Equal(run.stages, want) {
+		t.Errorf("stages %v, want %v; output:\n%s", run.stages, want, run.output)
+	}
+	if run.result != "NOT_BUILT" || !strings.Contains(run.description, "Superseded on staging") {
+		t.Errorf("result %s, description %q; want NOT_BUILT and a description that says it was superseded", run.result, run.description)
+	}
+	assertSaysSuperseded(t, run.output)
 }
