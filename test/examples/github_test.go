@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -476,17 +475,4 @@ func githubExample(t *testing.T) ghWorkflow {
 	var w ghWorkflow
 	readYAML(t, "examples/github-actions/deploy.yaml", &w)
 	return w
-}
-
-// ghUsedRefs returns the refs at which the workflow uses this action.
-func ghUsedRefs(w ghWorkflow) []string {
-	var refs []string
-	for _, job := range w.Jobs {
-		for _, s := range job.Steps {
-			if ref, ok := strings.CutPrefix(s.Uses, "buildlock/buildlock@"); ok && !slices.Contains(refs, ref) {
-				refs = append(refs, ref)
-			}
-		}
-	}
-	return refs
 }

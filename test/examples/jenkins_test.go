@@ -82,11 +82,11 @@ func javaHome(t *testing.T) string {
 	if err != nil {
 		t.Fatal("groovy needs java on PATH or JAVA_HOME")
 	}
-	real, err := filepath.EvalSymlinks(java)
+	resolved, err := filepath.EvalSymlinks(java)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return filepath.Dir(filepath.Dir(real))
+	return filepath.Dir(filepath.Dir(resolved))
 }
 
 func mustRead(t *testing.T, rel string) string {

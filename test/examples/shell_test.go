@@ -21,11 +21,13 @@ const scriptTimeout = 30 * time.Second
 
 // runScript writes script to a file and runs it as argv + [file] + args in
 // dir with exactly env, the way a CI system hands a script to its shell. It
-// returns the exit code and the combined output.
+// returns the exit code and the combined output. The file is not executable:
+// executing a file just written races with other tests' forks ("text file
+// busy"), so the interpreter always comes first.
 func runScript(t *testing.T, argv []string, script string, args []string, dir string, env []string) (int, string) {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "script")
-	if err := os.WriteFile(file, []byte(script), 0o755); err != nil {
+	if err := os.WriteFile(file, []byte(script), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), scriptTimeout)

@@ -249,6 +249,9 @@ func (s *stubs) env(extra ...string) []string {
 		"HOME=" + s.home,
 		"LANG=C.UTF-8",
 		"STUB_LOG=" + s.log,
+		// A test binary built with -race sleeps a second before it exits,
+		// which every stub call would pay.
+		"GORACE=atexit_sleep_ms=0",
 	}, extra...)
 }
 

@@ -21,7 +21,7 @@ import (
 //     param holds lands verbatim in a script that names it: that is the
 //     injection this emulation exists to show.
 //   - A script without "#!" gets "#!/bin/sh\nset -e\n" in front; the script
-//     file is executed with the step's args.
+//     file is run by its "#!" interpreter with the step's args.
 //   - A failing step fails its TaskRun and skips the steps after it; a failed
 //     TaskRun stops the PipelineRun from starting more tasks (finally tasks
 //     still run). A task whose when expressions are false is skipped.
@@ -311,6 +311,11 @@ func runTektonTask(t *testing.T, s *stubs, task tektonTask, runName string, give
 		if !strings.HasPrefix(script, "#!") {
 			script = "#!/bin/sh\nset -e\n" + script
 		}
+		// The kernel would run the file with its "#!" line; running that
+		// interpreter on the file does the same, and a file just written is
+		// not executed while another test's fork may hold it open for
+		// writing ("text file busy").
+		interpreter := strings.Fields(strings.TrimPrefix(strings.SplitN(script, "\n", 2)[0], "#!"))
 		stepEnv := s.env(append([]string{
 			"HOSTNAME=" + runName + "-pod",
 			"KUBERNETES_SERVICE_HOST=10.96.0.1",
@@ -322,7 +327,7 @@ func runTektonTask(t *testing.T, s *stubs, task tektonTask, runName string, give
 		if wd == "" {
 			wd = source // the image's own working directory, with ./deploy.sh
 		}
-		code, output := runScript(t, nil, script, tektonArgs(step.Args, vars, arrays), wd, stepEnv)
+		code, output := runScript(t, interpreter, script, tektonArgs(step.Args, vars, arrays), wd, stepEnv)
 		fmt.Fprintf(out, "[%s/%s] exit %d\n%s", runName, step.Name, code, output)
 		if code != 0 {
 			ok = false
