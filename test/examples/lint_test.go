@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -44,6 +46,20 @@ func embeddedScripts(t *testing.T) []embeddedScript {
 	out = append(out, githubScripts(t)...)
 	out = append(out, groovyScripts(t, "examples/jenkins/Jenkinsfile")...)
 	out = append(out, groovyScripts(t, "vars/buildlock.groovy")...)
+	out = append(out, markdownScripts(t, "docs/pipelines.md")...)
+	return out
+}
+
+// markdownScripts returns the ```sh blocks of a Markdown file: people copy
+// them into pipelines.
+func markdownScripts(t *testing.T, rel string) []embeddedScript {
+	t.Helper()
+	src := mustRead(t, rel)
+	var out []embeddedScript
+	for _, m := range regexp.MustCompile("(?s)\n```sh\n(.*?)\n```").FindAllStringSubmatchIndex(src, -1) {
+		line := strings.Count(src[:m[2]], "\n") + 1
+		out = append(out, embeddedScript{where: rel + ":" + strconv.Itoa(line), dialect: "sh", text: src[m[2]:m[3]] + "\n"})
+	}
 	return out
 }
 
