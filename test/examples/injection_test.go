@@ -84,6 +84,20 @@ func assertEnv(t *testing.T, c call, want string, vars ...string) {
 	}
 }
 
+// envIntact returns a check for withHostileValues: every plugin call has
+// pluginVars, and every deploy deployVars, set to the hostile value.
+func envIntact(pluginVars []string, deployVars ...string) func(t *testing.T, calls []call, _, value string) {
+	return func(t *testing.T, calls []call, _, value string) {
+		t.Helper()
+		for _, c := range named(calls, stubPlugin) {
+			assertEnv(t, c, value, pluginVars...)
+		}
+		for _, d := range named(calls, stubDeploy) {
+			assertEnv(t, d, value, deployVars...)
+		}
+	}
+}
+
 // assertDeployed fails the test unless ./deploy.sh ran once per target, in
 // order, with the target as its argument and the fencing token and target in
 // its environment.
@@ -132,14 +146,7 @@ func TestGitHubPassesValuesAsData(t *testing.T) {
 		r := newGHRun(t, s, event, "STUB_RELEASES="+fakeRelease(t, "v0.1.0"))
 		r.runWorkflow(w)
 		return r.output.String()
-	}, func(t *testing.T, calls []call, _, value string) {
-		for _, c := range acquires(calls) {
-			assertEnv(t, c, value, "GITHUB_REPOSITORY", "GITHUB_REF_NAME", "GITHUB_RUN_NUMBER")
-		}
-		for _, d := range named(calls, stubDeploy) {
-			assertEnv(t, d, value, "CHANGE_CAUSE")
-		}
-	})
+	}, envIntact([]string{"GITHUB_REPOSITORY", "GITHUB_REF_NAME", "GITHUB_RUN_NUMBER"}, "CHANGE_CAUSE"))
 }
 
 // TestNoExpressionInGitHubScripts: a ${{ }} in a run: (or in the action's
@@ -177,14 +184,7 @@ func TestGitLabPassesValuesAsData(t *testing.T) {
 			vars[v] = value
 		}
 		return runGitLab(t, s, p, vars, nil).output.String()
-	}, func(t *testing.T, calls []call, _, value string) {
-		for _, c := range acquires(calls) {
-			assertEnv(t, c, value, "CI_PROJECT_PATH", "CI_COMMIT_REF_NAME", "CI_PIPELINE_IID")
-		}
-		for _, d := range named(calls, stubDeploy) {
-			assertEnv(t, d, value, "CHANGE_CAUSE")
-		}
-	})
+	}, envIntact([]string{"CI_PROJECT_PATH", "CI_COMMIT_REF_NAME", "CI_PIPELINE_IID"}, "CHANGE_CAUSE"))
 }
 
 // TestJenkinsPassesValuesAsData runs the example Jenkinsfile with hostile
@@ -198,12 +198,5 @@ func TestJenkinsPassesValuesAsData(t *testing.T) {
 			vars[v] = value
 		}
 		return runJenkins(t, s, vars).output
-	}, func(t *testing.T, calls []call, _, value string) {
-		for _, c := range named(calls, stubPlugin) {
-			assertEnv(t, c, value, "JOB_NAME", "BRANCH_NAME", "BUILD_NUMBER")
-		}
-		for _, d := range named(calls, stubDeploy) {
-			assertEnv(t, d, value, "CHANGE_TITLE")
-		}
-	})
+	}, envIntact([]string{"JOB_NAME", "BRANCH_NAME", "BUILD_NUMBER"}, "CHANGE_TITLE"))
 }
