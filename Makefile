@@ -126,4 +126,4 @@ GOBIN=$$tmp go install $(2)@$(3); \
 mv $$tmp/$$(basename $(2)) $(1); rm -rf $$tmp
 endef
 
-include hack/install.mk hack/chaos.mk hack/bench.mk
+include hack/install.mk hack/chaos.mk hack/bench.mk hack/examples.mk

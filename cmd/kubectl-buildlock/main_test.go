@@ -3,8 +3,9 @@ package main
 // The integration tests run the built plugin against a real API server and
 // etcd with the operator's manager running in-process (internal/testenv),
 // once for the whole package; the cluster starts on the first test that
-// needs it. The plugin runs as a pipeline user that has only the Role of
-// examples/tekton/rbac.yaml. Each test works in a namespace of its own.
+// needs it. The plugin runs as a pipeline user that has only the rules of
+// the ClusterRole buildlock-pipeline (config/rbac/pipeline_role.yaml), which
+// the examples bind. Each test works in a namespace of its own.
 
 import (
 	"context"
@@ -36,6 +37,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/yaml"
 
 	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
 	"github.com/buildlock/buildlock/internal/testenv"
@@ -185,19 +187,15 @@ func newFixture(t *testing.T) *fixture {
 	return f
 }
 
-// exampleRole is the Role of examples/tekton/rbac.yaml.
+// exampleRole is a Role with the rules of config/rbac/pipeline_role.yaml,
+// the ClusterRole that the chart creates and the examples bind.
 func exampleRole(t *testing.T) *rbacv1.Role {
 	t.Helper()
-	for _, obj := range decodeYAMLFile(t, filepath.Join("..", "..", "examples", "tekton", "rbac.yaml")) {
-		if obj.GetKind() == "Role" {
-			role := &rbacv1.Role{}
-			must(t, runtimeConvert(obj.Object, role))
-			role.ResourceVersion = ""
-			return role
-		}
-	}
-	t.Fatal("examples/tekton/rbac.yaml has no Role")
-	return nil
+	data, err := os.ReadFile(filepath.Join("..", "..", "config", "rbac", "pipeline_role.yaml"))
+	must(t, err)
+	cr := &rbacv1.ClusterRole{}
+	must(t, yaml.UnmarshalStrict(data, cr))
+	return &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: cr.Name}, Rules: cr.Rules}
 }
 
 // writeKubeconfig writes a kubeconfig for cfg's server and credentials with
