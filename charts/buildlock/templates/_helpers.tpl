@@ -34,7 +34,7 @@ Labels on every object.
 {{- define "buildlock.labels" -}}
 helm.sh/chart: {{ include "buildlock.chart" . }}
 {{ include "buildlock.selectorLabels" . }}
-app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
+app.kubernetes.io/version: {{ include "buildlock.imageTag" . | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: buildlock
 {{- end }}
@@ -55,8 +55,16 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 {{- end }}
 
+{{/*
+The image tag: image.tag, else the chart's appVersion. toString, because
+`--set image.tag=20260115` gives the template an integer.
+*/}}
+{{- define "buildlock.imageTag" -}}
+{{- .Values.image.tag | default .Chart.AppVersion | toString }}
+{{- end }}
+
 {{- define "buildlock.image" -}}
-{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- printf "%s:%s" .Values.image.repository (include "buildlock.imageTag" .) }}
 {{- end }}
 
 {{/*
