@@ -202,3 +202,14 @@ func TestRenderedChartValues(t *testing.T) {
 		h.run(t, "lint", "--strict", "charts/buildlock")
 	})
 }
+
+// TestHelmTemplateWithoutKubeVersion: the helm that `make` builds reports a
+// Kubernetes version the chart's kubeVersion accepts (Helm's release builds
+// set it with -ldflags; a plain `go install` build reports v1.20), so that
+// `helm template` works as people type it.
+func TestHelmTemplateWithoutKubeVersion(t *testing.T) {
+	h := requireHelm(t)
+	if _, err := h.try("template", release, "charts/buildlock"); err != nil {
+		t.Fatalf("helm template without --kube-version: %v\n(is $HELM built by `make`, with Helm's -ldflags?)", err)
+	}
+}
