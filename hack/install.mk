@@ -56,16 +56,16 @@ docker-push: ## Push the manager image IMG.
 ##@ Helm chart
 
 .PHONY: chart-sync
-chart-sync: manifests ## Copy the generated CRD and the RBAC rules into the chart.
-	@mkdir -p $(CHART_DIR)/crds $(CHART_DIR)/files
-	rm -f $(CHART_DIR)/crds/*.yaml
-	cp config/crd/bases/*.yaml $(CHART_DIR)/crds/
+chart-sync: manifests ## Copy the generated CRDs and the RBAC rules into the chart.
+	@mkdir -p $(CHART_DIR)/files/crds
+	rm -f $(CHART_DIR)/files/crds/*.yaml
+	cp config/crd/bases/*.yaml $(CHART_DIR)/files/crds/
 	cp config/rbac/role.yaml $(CHART_DIR)/files/manager-role.yaml
 	cp config/rbac/pipeline_role.yaml $(CHART_DIR)/files/pipeline-role.yaml
 
 .PHONY: verify-chart
-verify-chart: manifests $(HELM) ## Fail when the chart's CRD or RBAC rules differ from config/, or helm lint complains.
-	@diff -ru config/crd/bases $(CHART_DIR)/crds \
+verify-chart: manifests $(HELM) ## Fail when the chart's CRDs or RBAC rules differ from config/, or helm lint complains.
+	@diff -ru config/crd/bases $(CHART_DIR)/files/crds \
 		&& diff -u config/rbac/role.yaml $(CHART_DIR)/files/manager-role.yaml \
 		&& diff -u config/rbac/pipeline_role.yaml $(CHART_DIR)/files/pipeline-role.yaml \
 		|| { echo "The chart is out of date with config/; run 'make chart-sync' and commit."; exit 1; }

@@ -24,7 +24,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -52,7 +51,7 @@ const (
 // TestChart installs the chart on a local control plane, runs the manager
 // binary as the chart's ServiceAccount, and drives a hand-off: the chart's
 // RBAC is enough. Then it shows that RBAC is not more than enough, and that
-// `helm uninstall` leaves nothing cluster-wide but the CRD.
+// `helm uninstall` leaves nothing cluster-wide but the CRDs (crds.keep).
 func TestChart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a control plane; skipped with -short")
@@ -60,25 +59,11 @@ func TestChart(t *testing.T) {
 	h := requireHelm(t)
 	manager := buildManager(t)
 
-	// No CRD from config/: the chart's crds/ installs it.
-	c, err := cluster.Start(cluster.Options{WithoutCRDs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := c.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
+	// No CRD from config/: the chart installs them.
+	c, admin := startCluster(t)
 	ctx := t.Context()
-	g := NewWithT(t)
-	g.SetDefaultEventuallyTimeout(30 * time.Second)
-	g.SetDefaultEventuallyPollingInterval(100 * time.Millisecond)
-
-	scheme := testenv.Scheme()
-	g.Expect(apiextensionsv1.AddToScheme(scheme)).To(Succeed())
-	admin, err := client.New(c.Config, client.Options{Scheme: scheme})
-	g.Expect(err).NotTo(HaveOccurred())
+	g := newG(t)
+	scheme := admin.Scheme()
 
 	// The release namespace enforces Pod Security "restricted", as a careful
 	// cluster would.
@@ -99,7 +84,7 @@ func TestChart(t *testing.T) {
 			"watched namespaces": {"--set", "watchNamespaces={ci,team-a}", "--set", "replicaCount=2", "--set", "podDisruptionBudget.enabled=true"},
 		} {
 			t.Run(name, func(t *testing.T) {
-				manifests := h.template(t, append([]string{"--include-crds"}, values...)...)
+				manifests := h.template(t, values...)
 				cmd := c.Kubectl(ctx, "apply", "--dry-run=server", "-f", "-")
 				cmd.Stdin = strings.NewReader(manifests)
 				var stdout, stderr bytes.Buffer
@@ -129,12 +114,9 @@ func TestChart(t *testing.T) {
 
 	h.run(t, "install", release, "charts/buildlock", "--namespace", releaseNS, "--kubeconfig", c.Kubeconfig)
 
-	g.Eventually(func(g Gomega) {
-		crd := &apiextensionsv1.CustomResourceDefinition{}
-		g.Expect(admin.Get(ctx, client.ObjectKey{Name: "buildlocks.buildlock.io"}, crd)).To(Succeed())
-		g.Expect(crd.Status.Conditions).To(ContainElement(And(
-			HaveField("Type", apiextensionsv1.Established), HaveField("Status", apiextensionsv1.ConditionTrue))))
-	}).Should(Succeed(), "helm installs the chart's CRD")
+	for _, crd := range configCRDs(t) {
+		g.Eventually(crdEstablished(ctx, admin, crd.Name)).Should(Succeed(), "helm installs the chart's CRDs")
+	}
 
 	// A pipeline's ServiceAccount, bound to the chart's pipeline ClusterRole.
 	g.Expect(admin.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: pipelineNS, Name: pipelineSA}})).To(Succeed())
@@ -156,9 +138,7 @@ func TestChart(t *testing.T) {
 	mgr := startManager(t, manager, chartArgs(t, h), managerCfg)
 
 	t.Run("the chart's RBAC lets the manager elect a leader and hand a lock over", func(t *testing.T) {
-		g := NewWithT(t)
-		g.SetDefaultEventuallyTimeout(30 * time.Second)
-		g.SetDefaultEventuallyPollingInterval(100 * time.Millisecond)
+		g := newG(t)
 
 		g.Eventually(func(g Gomega) {
 			lease := &coordinationv1.Lease{}
@@ -246,9 +226,7 @@ func TestChart(t *testing.T) {
 	mgr.stop(t)
 
 	t.Run("with watchNamespaces the manager works on RoleBindings alone", func(t *testing.T) {
-		g := NewWithT(t)
-		g.SetDefaultEventuallyTimeout(30 * time.Second)
-		g.SetDefaultEventuallyPollingInterval(100 * time.Millisecond)
+		g := newG(t)
 		values := []string{"--set", "watchNamespaces={" + pipelineNS + "}"}
 		h.run(t, append([]string{"upgrade", release, "charts/buildlock", "--namespace", releaseNS, "--kubeconfig", c.Kubeconfig}, values...)...)
 		g.Expect(admin.Get(ctx, client.ObjectKey{Name: "buildlock-manager"}, &rbacv1.ClusterRoleBinding{})).
@@ -267,11 +245,14 @@ func TestChart(t *testing.T) {
 		scoped.stop(t)
 	})
 
-	t.Run("helm uninstall leaves nothing cluster-wide but the CRD", func(t *testing.T) {
+	t.Run("helm uninstall leaves nothing cluster-wide but the CRDs", func(t *testing.T) {
 		g := NewWithT(t)
 		h.run(t, "uninstall", release, "--namespace", releaseNS, "--kubeconfig", c.Kubeconfig, "--wait")
-		g.Expect(admin.Get(ctx, client.ObjectKey{Name: "buildlocks.buildlock.io"}, &apiextensionsv1.CustomResourceDefinition{})).
-			To(Succeed(), "Helm keeps CRDs on uninstall")
+		// The API server registers every CRD's group version.
+		want := []string{"apiregistration.k8s.io/apiservices/v1alpha1.buildlock.io"}
+		for _, crd := range configCRDs(t) {
+			want = append(want, "apiextensions.k8s.io/customresourcedefinitions/"+crd.Name)
+		}
 		after := clusterScopedObjects(t, c.Config)
 		var leftovers []string
 		for key := range after {
@@ -280,11 +261,7 @@ func TestChart(t *testing.T) {
 			}
 		}
 		sort.Strings(leftovers)
-		g.Expect(leftovers).To(ConsistOf(
-			"apiextensions.k8s.io/customresourcedefinitions/buildlocks.buildlock.io",
-			// The API server registers every CRD's group version.
-			"apiregistration.k8s.io/apiservices/v1alpha1.buildlock.io",
-		))
+		g.Expect(leftovers).To(ConsistOf(want), "crds.keep keeps the CRDs, and nothing else stays")
 		var sas corev1.ServiceAccountList
 		g.Expect(admin.List(ctx, &sas, client.InNamespace(releaseNS), client.MatchingLabels{"app.kubernetes.io/instance": release})).To(Succeed())
 		g.Expect(sas.Items).To(BeEmpty())

@@ -12,6 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
 )
@@ -78,25 +79,61 @@ func TestRenderedRBACMatchesConfig(t *testing.T) {
 	}
 }
 
-// TestRenderedChartCRDsMatchConfig proves that the chart installs the CRD
-// generated from api/ (byte for byte, as `make chart-sync` copies it).
+// TestRenderedChartCRDsMatchConfig proves that the chart's copies of the
+// CRDs are config/crd/bases' (byte for byte, as `make chart-sync` copies
+// them), that the chart renders them as templates (so that `helm upgrade`
+// updates them) with the same spec, kept on uninstall unless crds.keep is
+// false, and not at all with crds.install false.
 func TestRenderedChartCRDsMatchConfig(t *testing.T) {
 	root := repoRoot(t)
-	want, err := filepath.Glob(filepath.Join(root, "config", "crd", "bases", "*.yaml"))
-	if err != nil || len(want) == 0 {
-		t.Fatalf("no CRDs in config/crd/bases: %v", err)
-	}
-	got, _ := filepath.Glob(filepath.Join(root, "charts", "buildlock", "crds", "*.yaml"))
+	want := configCRDs(t)
+	got, _ := filepath.Glob(filepath.Join(root, "charts", "buildlock", "files", "crds", "*.yaml"))
 	if len(got) != len(want) {
-		t.Fatalf("charts/buildlock/crds has %d files, config/crd/bases %d; run `make chart-sync`", len(got), len(want))
+		t.Fatalf("charts/buildlock/files/crds has %d files, config/crd/bases %d; run `make chart-sync`", len(got), len(want))
 	}
-	for _, w := range want {
+	bases, _ := filepath.Glob(filepath.Join(root, "config", "crd", "bases", "*.yaml"))
+	for _, w := range bases {
 		a, _ := os.ReadFile(w)
-		b, err := os.ReadFile(filepath.Join(root, "charts", "buildlock", "crds", filepath.Base(w)))
+		b, err := os.ReadFile(filepath.Join(root, "charts", "buildlock", "files", "crds", filepath.Base(w)))
 		if err != nil || string(a) != string(b) {
-			t.Errorf("charts/buildlock/crds/%s differs from config/crd/bases; run `make chart-sync`", filepath.Base(w))
+			t.Errorf("charts/buildlock/files/crds/%s differs from config/crd/bases; run `make chart-sync`", filepath.Base(w))
 		}
 	}
+	if _, err := os.Stat(filepath.Join(root, "charts", "buildlock", "crds")); err == nil {
+		t.Error("charts/buildlock/crds exists: Helm installs CRDs from there once and never upgrades them")
+	}
+
+	h := requireHelm(t)
+	for name, tc := range map[string]struct {
+		set  []string
+		keep bool
+	}{
+		"by default, kept on uninstall": {nil, true},
+		"with crds.keep=false":          {[]string{"--set", "crds.keep=false"}, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			objs := parseObjects(t, h.template(t, tc.set...))
+			for _, w := range want {
+				var crd apiextensionsv1.CustomResourceDefinition
+				find(t, objs, "CustomResourceDefinition", w.Name, &crd)
+				g.Expect(crd.Spec).To(Equal(w.Spec), "%s: the rendered spec must be config/crd/bases'", w.Name)
+				if tc.keep {
+					g.Expect(crd.Annotations).To(HaveKeyWithValue("helm.sh/resource-policy", "keep"))
+				} else {
+					g.Expect(crd.Annotations).NotTo(HaveKey("helm.sh/resource-policy"))
+				}
+				for k, v := range w.Annotations {
+					g.Expect(crd.Annotations).To(HaveKeyWithValue(k, v))
+				}
+			}
+			g.Expect(kinds(objs)).To(HaveKeyWithValue("CustomResourceDefinition", len(want)))
+		})
+	}
+	t.Run("crds.install=false renders none", func(t *testing.T) {
+		NewWithT(t).Expect(kinds(parseObjects(t, h.template(t, "--set", "crds.install=false")))).
+			NotTo(HaveKey("CustomResourceDefinition"))
+	})
 }
 
 // TestRenderedChartValues checks what each value is for, on the rendered
@@ -109,7 +146,7 @@ func TestRenderedChartValues(t *testing.T) {
 		objs := parseObjects(t, h.template(t))
 		g.Expect(kinds(objs)).To(Equal(map[string]int{
 			"ServiceAccount": 1, "ClusterRole": 2, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1,
-			"Service": 1, "Deployment": 1,
+			"Service": 1, "Deployment": 1, "CustomResourceDefinition": 2,
 		}))
 		var d appsv1.Deployment
 		find(t, objs, "Deployment", "buildlock", &d)
