@@ -24,8 +24,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
@@ -201,6 +203,38 @@ func TestChart(t *testing.T) {
 		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "creating a pod: %v", err)
 	})
 
+	t.Run("whoever may view a namespace sees its locks, whoever may edit it takes turns", func(t *testing.T) {
+		g := newG(t)
+		aggregateClusterRoles(ctx, g, admin)
+		for user, role := range map[string]string{"viewer": "view", "editor": "edit"} {
+			g.Expect(admin.Create(ctx, &rbacv1.RoleBinding{
+				ObjectMeta: metav1.ObjectMeta{Namespace: pipelineNS, Name: user},
+				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+				Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
+			})).To(Succeed())
+		}
+		asViewer, err := client.New(asUser(c.Config, "viewer"), client.Options{Scheme: scheme})
+		g.Expect(err).NotTo(HaveOccurred())
+		asEditor, err := client.New(asUser(c.Config, "editor"), client.Options{Scheme: scheme})
+		g.Expect(err).NotTo(HaveOccurred())
+
+		bl := &buildlockv1.BuildLock{}
+		g.Expect(asViewer.Get(ctx, client.ObjectKey{Namespace: pipelineNS, Name: "web-main-41"}, bl)).To(Succeed())
+		g.Expect(bl.Status.Holder).To(Equal("web-main-41"), "a viewer sees who holds staging")
+		g.Expect(asViewer.List(ctx, &buildlockv1.BuildLockPolicyList{}, client.InNamespace(pipelineNS))).To(Succeed())
+		for _, verb := range []string{"create", "patch", "delete"} {
+			g.Expect(allowed(ctx, g, asViewer, authorizationv1.ResourceAttributes{
+				Verb: verb, Group: "buildlock.io", Resource: "buildlocks", Namespace: pipelineNS,
+			})).To(BeFalse(), "a viewer must not %s buildlocks", verb)
+		}
+		g.Expect(allowed(ctx, g, asViewer, authorizationv1.ResourceAttributes{
+			Verb: "list", Group: "buildlock.io", Resource: "buildlocks", Namespace: "team-a",
+		})).To(BeFalse(), "view is bound in %s only", pipelineNS)
+		g.Expect(allowed(ctx, g, asEditor, authorizationv1.ResourceAttributes{
+			Verb: "create", Group: "buildlock.io", Resource: "buildlocks", Namespace: pipelineNS,
+		})).To(BeTrue(), "an editor may take turns")
+	})
+
 	t.Run("the pipeline role may take turns but not write verdicts", func(t *testing.T) {
 		g := NewWithT(t)
 		for _, verb := range []string{"create", "get", "list", "watch", "patch", "delete"} {
@@ -278,6 +312,47 @@ func asServiceAccount(cfg *rest.Config, namespace, name string) *rest.Config {
 		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace},
 	}
 	return c
+}
+
+// asUser is cfg (an administrator's) impersonating a user.
+func asUser(cfg *rest.Config, name string) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.Impersonate = rest.ImpersonationConfig{UserName: name}
+	return c
+}
+
+// aggregateClusterRoles does what kube-controller-manager's
+// clusterrole-aggregation controller does, which a bare control plane does
+// not run: it sets the rules of every ClusterRole with an aggregationRule
+// (view, edit, admin) to the rules of the ClusterRoles its selectors pick,
+// until nothing changes (view is aggregated into edit, edit into admin).
+func aggregateClusterRoles(ctx context.Context, g Gomega, c client.Client) {
+	for changed := true; changed; {
+		changed = false
+		var roles rbacv1.ClusterRoleList
+		g.Expect(c.List(ctx, &roles)).To(Succeed())
+		for i := range roles.Items {
+			role := &roles.Items[i]
+			if role.AggregationRule == nil {
+				continue
+			}
+			var rules []rbacv1.PolicyRule
+			for _, sel := range role.AggregationRule.ClusterRoleSelectors {
+				selector, err := metav1.LabelSelectorAsSelector(&sel)
+				g.Expect(err).NotTo(HaveOccurred())
+				for _, other := range roles.Items {
+					if other.Name != role.Name && selector.Matches(labels.Set(other.Labels)) {
+						rules = append(rules, other.Rules...)
+					}
+				}
+			}
+			if !equality.Semantic.DeepEqual(normalizeRules(rules), normalizeRules(role.Rules)) {
+				role.Rules = rules
+				g.Expect(c.Update(ctx, role)).To(Succeed())
+				changed = true
+			}
+		}
+	}
 }
 
 // handOff plays a hand-off on target in pipelineNS: the pipeline's identity

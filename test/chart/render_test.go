@@ -48,9 +48,10 @@ func ruleKey(r rbacv1.PolicyRule) string {
 // in every namespace mode. `make verify-chart` runs it.
 func TestRenderedRBACMatchesConfig(t *testing.T) {
 	h := requireHelm(t)
-	var generated, pipeline rbacv1.ClusterRole
+	var generated, pipeline, view rbacv1.ClusterRole
 	readYAML(t, "config/rbac/role.yaml", &generated)
 	readYAML(t, "config/rbac/pipeline_role.yaml", &pipeline)
+	readYAML(t, "config/rbac/view_role.yaml", &view)
 
 	for name, values := range map[string][]string{
 		"all namespaces":       nil,
@@ -75,6 +76,10 @@ func TestRenderedRBACMatchesConfig(t *testing.T) {
 			for _, r := range pipe.Rules {
 				g.Expect(r.Resources).NotTo(ContainElement(HaveSuffix("/status")), "pipelines must not write verdicts")
 			}
+			var viewer rbacv1.ClusterRole
+			find(t, objs, "ClusterRole", fullname+"-view", &viewer)
+			g.Expect(normalizeRules(viewer.Rules)).To(Equal(normalizeRules(view.Rules)),
+				"the chart's view ClusterRole must grant exactly config/rbac/view_role.yaml's rules; run `make chart-sync`")
 		})
 	}
 }
@@ -145,7 +150,7 @@ func TestRenderedChartValues(t *testing.T) {
 		g := NewWithT(t)
 		objs := parseObjects(t, h.template(t))
 		g.Expect(kinds(objs)).To(Equal(map[string]int{
-			"ServiceAccount": 1, "ClusterRole": 2, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1,
+			"ServiceAccount": 1, "ClusterRole": 3, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1,
 			"Service": 1, "Deployment": 1, "CustomResourceDefinition": 2,
 		}))
 		var d appsv1.Deployment
@@ -249,4 +254,39 @@ func TestHelmTemplateWithoutKubeVersion(t *testing.T) {
 	if _, err := h.try("template", release, "charts/buildlock"); err != nil {
 		t.Fatalf("helm template without --kube-version: %v\n(is $HELM built by `make`, with Helm's -ldflags?)", err)
 	}
+}
+
+// TestRenderedAggregationToView: whoever holds the built-in view role may
+// see the locks (who holds staging, who waits) and their policies, and the
+// rules aggregated into view write nothing.
+func TestRenderedAggregationToView(t *testing.T) {
+	h := requireHelm(t)
+	g := NewWithT(t)
+	var aggregated []rbacv1.PolicyRule
+	for _, o := range parseObjects(t, h.template(t)) {
+		if o.GetKind() == "ClusterRole" && o.GetLabels()["rbac.authorization.k8s.io/aggregate-to-view"] == "true" {
+			var r rbacv1.ClusterRole
+			find(t, []*unstructured.Unstructured{o}, "ClusterRole", o.GetName(), &r)
+			aggregated = append(aggregated, r.Rules...)
+		}
+	}
+	for _, resource := range []string{"buildlocks", "buildlockpolicies"} {
+		for _, verb := range []string{"get", "list", "watch"} {
+			g.Expect(grants(aggregated, "buildlock.io", resource, verb)).To(BeTrue(), "view must %s %s", verb, resource)
+		}
+	}
+	for _, r := range aggregated {
+		g.Expect(r.Verbs).To(HaveEach(BeElementOf("get", "list", "watch")), "view is read-only: %+v", r)
+	}
+}
+
+// grants reports whether rules allow verb on group/resource.
+func grants(rules []rbacv1.PolicyRule, group, resource, verb string) bool {
+	for _, r := range rules {
+		if slices.Contains(r.APIGroups, group) && slices.Contains(r.Resources, resource) &&
+			(slices.Contains(r.Verbs, verb) || slices.Contains(r.Verbs, "*")) {
+			return true
+		}
+	}
+	return false
 }
