@@ -58,7 +58,7 @@ docker-push: ## Push the manager image IMG.
 # The roles of config/rbac whose rules the chart renders from its copies in
 # files/rbac: written once, in config/rbac (role.yaml generated from the
 # controller's RBAC markers, the others by hand).
-CHART_RBAC_FILES := role.yaml pipeline_role.yaml view_role.yaml
+CHART_RBAC_FILES := role.yaml leader_election_role.yaml metrics_auth_role.yaml metrics_reader_role.yaml pipeline_role.yaml view_role.yaml
 
 .PHONY: chart-sync
 chart-sync: manifests ## Copy the generated CRDs and the RBAC rules into the chart.
@@ -77,9 +77,11 @@ verify-chart: manifests $(HELM) ## Fail when the chart's CRDs or RBAC rules diff
 	HELM=$(HELM) go test ./test/chart -run '^TestRendered' -count=1
 
 .PHONY: test-chart
-test-chart: envtest $(HELM) ## Install the chart on a local control plane and run the manager under the chart's RBAC.
-	HELM=$(HELM) KUBECTL=$(KUBECTL) go test ./test/chart -count=1 -v -timeout 10m
+test-chart: envtest $(HELM) $(PROMTOOL) ## Install the chart (and the kustomize installer) on a local control plane and run the manager under their RBAC.
+	HELM=$(HELM) PROMTOOL=$(PROMTOOL) KUBECTL=$(KUBECTL) go test ./test/chart -count=1 -v -timeout 10m
 
-# `make test` runs ./test/chart too; give it helm, or its chart tests skip.
-test: $(HELM)
+# `make test` runs ./test/chart too; give it helm and promtool, or the chart
+# and alert tests skip.
+test: $(HELM) $(PROMTOOL)
 test: export HELM := $(HELM)
+test: export PROMTOOL := $(PROMTOOL)

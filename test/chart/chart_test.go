@@ -5,16 +5,11 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	. "github.com/onsi/gomega"
 
@@ -36,8 +31,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
-	"github.com/buildlock/buildlock/hack/localcluster/cluster"
-	"github.com/buildlock/buildlock/internal/testenv"
 )
 
 const (
@@ -60,6 +53,14 @@ func TestChart(t *testing.T) {
 	}
 	h := requireHelm(t)
 	manager := buildManager(t)
+	// Prometheus's ServiceAccount may read the metrics (metrics.readers).
+	// Until the manager knows --metrics-secure (pendingFlags), the chart is
+	// installed with plain HTTP metrics, as the manager serves them.
+	values := []string{
+		"--set", fmt.Sprintf("metrics.secure=%t", knowsFlag(t, manager, "--metrics-secure")),
+		"--set", "metrics.readers[0].kind=ServiceAccount", "--set", "metrics.readers[0].name=prometheus",
+		"--set", "metrics.readers[0].namespace=monitoring",
+	}
 
 	// No CRD from config/: the chart installs them.
 	c, admin := startCluster(t)
@@ -75,6 +76,8 @@ func TestChart(t *testing.T) {
 		}}},
 		{ObjectMeta: metav1.ObjectMeta{Name: pipelineNS}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}},
+		// Prometheus's.
+		{ObjectMeta: metav1.ObjectMeta{Name: "monitoring"}},
 	} {
 		g.Expect(admin.Create(ctx, ns)).To(Succeed())
 	}
@@ -114,7 +117,7 @@ func TestChart(t *testing.T) {
 		g.Expect(admin.Create(ctx, pod, client.DryRunAll)).To(Succeed(), "the namespace enforces restricted")
 	})
 
-	h.run(t, "install", release, "charts/buildlock", "--namespace", releaseNS, "--kubeconfig", c.Kubeconfig)
+	h.run(t, append([]string{"install", release, "charts/buildlock", "--namespace", releaseNS, "--kubeconfig", c.Kubeconfig}, values...)...)
 
 	for _, crd := range configCRDs(t) {
 		g.Eventually(crdEstablished(ctx, admin, crd.Name)).Should(Succeed(), "helm installs the chart's CRDs")
@@ -137,7 +140,7 @@ func TestChart(t *testing.T) {
 
 	// The manager runs with the chart's arguments, as the chart's
 	// ServiceAccount.
-	mgr := startManager(t, manager, chartArgs(t, h), managerCfg)
+	mgr := startManager(t, manager, chartArgs(t, h, values...), managerCfg)
 
 	t.Run("the chart's RBAC lets the manager elect a leader and hand a lock over", func(t *testing.T) {
 		g := newG(t)
@@ -157,13 +160,54 @@ func TestChart(t *testing.T) {
 				HaveField("Regarding.Name", "web-main-41"), HaveField("Reason", buildlockv1.ReasonAcquired))))
 		}).Should(Succeed(), "the manager records events")
 
-		g.Eventually(func(g Gomega) {
-			body := get(g, fmt.Sprintf("http://%s/metrics", mgr.metricsAddr))
-			g.Expect(body).To(ContainSubstring("buildlock_grants_total"))
-		}).Should(Succeed(), "the metrics endpoint serves the operator's metrics")
 		g.Expect(get(g, fmt.Sprintf("http://%s/readyz", mgr.probeAddr))).To(Equal("ok"))
 
 		g.Expect(mgr.logs.String()).NotTo(ContainSubstring("forbidden"), "the manager was refused something it needs")
+	})
+
+	t.Run("the metrics endpoint serves the alerts' metrics, to Prometheus only", func(t *testing.T) {
+		g := newG(t)
+		// A build waits for staging, so that the per-lock gauges have a
+		// waiter to show.
+		waiter := claim("api-main-41", "staging", "acme/api", 41)
+		waiter.Spec.PodRef = nil
+		g.Expect(asPipeline.Create(ctx, waiter)).To(Succeed())
+		g.Eventually(phaseOf(ctx, admin, waiter.Name)).Should(Equal("Waiting"))
+
+		prometheus := ""
+		if mgr.secure {
+			prometheus = serviceAccountToken(ctx, g, admin, "monitoring", "prometheus")
+			stranger := serviceAccountToken(ctx, g, admin, "monitoring", "stranger")
+			for token, want := range map[string]int{"": http.StatusUnauthorized, stranger: http.StatusForbidden} {
+				code, body := mgr.scrape(g, token)
+				g.Expect(code).To(Equal(want), "a scrape without the right to get /metrics: %s", body)
+			}
+		} else {
+			t.Log("PENDING: the manager serves plain HTTP metrics; authentication and authorization are checked once it knows --metrics-secure")
+		}
+		var body string
+		g.Eventually(func(g Gomega) {
+			var code int
+			code, body = mgr.scrape(g, prometheus)
+			g.Expect(code).To(Equal(http.StatusOK), body)
+			g.Expect(body).To(ContainSubstring("buildlock_grants_total"))
+		}).Should(Succeed(), "the metrics endpoint serves the operator's metrics to Prometheus")
+
+		exposed := exposedMetrics(body)
+		for _, name := range alertMetrics(t, h) {
+			switch {
+			case exposed[name]:
+			case slices.Contains(pendingMetrics, name):
+				t.Logf("PENDING: the manager does not expose %s yet (the lead adds it); the alerts use it", name)
+			default:
+				t.Errorf("the alerts use %s, which the manager does not expose", name)
+			}
+		}
+		g.Expect(asPipeline.Delete(ctx, waiter)).To(Succeed())
+	})
+
+	t.Run("helm test passes", func(t *testing.T) {
+		helmTest(t, h, c, admin, mgr)
 	})
 
 	t.Run("the chart's RBAC refuses the manager what it does not need", func(t *testing.T) {
@@ -261,7 +305,7 @@ func TestChart(t *testing.T) {
 
 	t.Run("with watchNamespaces the manager works on RoleBindings alone", func(t *testing.T) {
 		g := newG(t)
-		values := []string{"--set", "watchNamespaces={" + pipelineNS + "}"}
+		values := append(values, "--set", "watchNamespaces={"+pipelineNS+"}")
 		h.run(t, append([]string{"upgrade", release, "charts/buildlock", "--namespace", releaseNS, "--kubeconfig", c.Kubeconfig}, values...)...)
 		g.Expect(admin.Get(ctx, client.ObjectKey{Name: "buildlock-manager"}, &rbacv1.ClusterRoleBinding{})).
 			To(WithTransform(apierrors.IsNotFound, BeTrue()), "no ClusterRoleBinding when namespaces are watched")
@@ -440,95 +484,6 @@ func get(g Gomega, url string) string {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(resp.StatusCode).To(Equal(http.StatusOK), string(body))
 	return string(body)
-}
-
-// chartArgs returns the manager's arguments as the chart's Deployment sets
-// them.
-func chartArgs(t *testing.T, h *helmRunner, values ...string) []string {
-	t.Helper()
-	var d appsv1.Deployment
-	find(t, parseObjects(t, h.template(t, values...)), "Deployment", "buildlock", &d)
-	return d.Spec.Template.Spec.Containers[0].Args
-}
-
-// runningManager is the manager binary running against the local control
-// plane.
-type runningManager struct {
-	cmd                    *exec.Cmd
-	done                   chan error
-	logs                   *testenv.SyncBuffer
-	metricsAddr, probeAddr string
-	stopped                bool
-}
-
-// startManager runs the manager binary with the chart's arguments, as cfg's
-// identity. Three flags are added after the chart's (the last occurrence of
-// a flag wins): free local ports instead of :8080 and :8081, and the
-// release namespace for leader election, which the manager would read from
-// its pod's ServiceAccount mount in a cluster.
-func startManager(t *testing.T, bin string, args []string, cfg *rest.Config) *runningManager {
-	t.Helper()
-	kubeconfig := filepath.Join(t.TempDir(), "manager.kubeconfig")
-	if err := cluster.WriteKubeconfig(kubeconfig, cfg, &cfg.Impersonate); err != nil {
-		t.Fatal(err)
-	}
-	m := &runningManager{done: make(chan error, 1), logs: &testenv.SyncBuffer{}, metricsAddr: freeAddr(t), probeAddr: freeAddr(t)}
-	args = append(args,
-		"--metrics-bind-address="+m.metricsAddr,
-		"--health-probe-bind-address="+m.probeAddr,
-		"--leader-election-namespace="+releaseNS,
-	)
-	m.cmd = exec.Command(bin, args...)
-	m.cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
-	m.cmd.Stdout, m.cmd.Stderr = m.logs, m.logs
-	if err := m.cmd.Start(); err != nil {
-		t.Fatalf("starting the manager: %v", err)
-	}
-	go func() { m.done <- m.cmd.Wait() }()
-	t.Cleanup(func() {
-		m.stop(t)
-		if t.Failed() {
-			t.Logf("manager logs:\n%s", m.logs.String())
-		}
-	})
-	t.Logf("manager started: %s %s", bin, strings.Join(args, " "))
-	return m
-}
-
-// stop ends the manager as the kubelet would, SIGTERM then SIGKILL, and
-// fails the test if it had exited on its own.
-func (m *runningManager) stop(t *testing.T) {
-	t.Helper()
-	if m.stopped {
-		return
-	}
-	m.stopped = true
-	select {
-	case err := <-m.done:
-		t.Errorf("the manager exited early: %v\n%s", err, m.logs.String())
-		return
-	default:
-	}
-	_ = m.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-m.done:
-		if err != nil {
-			t.Errorf("the manager failed to stop cleanly on SIGTERM: %v", err)
-		}
-	case <-time.After(20 * time.Second):
-		_ = m.cmd.Process.Kill()
-		t.Errorf("the manager did not stop within 20s of SIGTERM: %v", <-m.done)
-	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // allocatedByAPIServer are cluster-scoped resources that the API server

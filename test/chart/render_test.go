@@ -76,6 +76,11 @@ func TestRenderedRBACMatchesConfig(t *testing.T) {
 			for _, r := range pipe.Rules {
 				g.Expect(r.Resources).NotTo(ContainElement(HaveSuffix("/status")), "pipelines must not write verdicts")
 			}
+			var election, electionWant rbacv1.Role
+			readYAML(t, "config/rbac/leader_election_role.yaml", &electionWant)
+			find(t, objs, "Role", fullname+"-leader-election", &election)
+			g.Expect(normalizeRules(election.Rules)).To(Equal(normalizeRules(electionWant.Rules)),
+				"the chart's leader-election Role must grant exactly config/rbac/leader_election_role.yaml's rules")
 			var viewer rbacv1.ClusterRole
 			find(t, objs, "ClusterRole", fullname+"-view", &viewer)
 			g.Expect(normalizeRules(viewer.Rules)).To(Equal(normalizeRules(view.Rules)),
@@ -150,8 +155,13 @@ func TestRenderedChartValues(t *testing.T) {
 		g := NewWithT(t)
 		objs := parseObjects(t, h.template(t))
 		g.Expect(kinds(objs)).To(Equal(map[string]int{
-			"ServiceAccount": 1, "ClusterRole": 3, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1,
-			"Service": 1, "Deployment": 1, "CustomResourceDefinition": 2,
+			// manager, pipeline, view, metrics-auth, metrics-reader
+			"ClusterRole": 5,
+			// manager, metrics-auth; and the helm test's binding to metrics-reader
+			"ClusterRoleBinding": 3,
+			// the manager's; and the helm test's
+			"ServiceAccount": 2, "Pod": 1,
+			"Role": 1, "RoleBinding": 1, "Service": 1, "Deployment": 1, "CustomResourceDefinition": 2,
 		}))
 		var d appsv1.Deployment
 		find(t, objs, "Deployment", "buildlock", &d)
@@ -160,7 +170,7 @@ func TestRenderedChartValues(t *testing.T) {
 		g.Expect(pod.ServiceAccountName).To(Equal("buildlock"))
 		g.Expect(pod.Containers).To(HaveLen(1))
 		c := pod.Containers[0]
-		g.Expect(c.Args).To(ContainElements("--leader-elect=true", "--metrics-bind-address=:8080", "--health-probe-bind-address=:8081"))
+		g.Expect(c.Args).To(ContainElements("--leader-elect=true", "--metrics-bind-address=:8443", "--health-probe-bind-address=:8081"))
 		g.Expect(c.Args).NotTo(ContainElement(HavePrefix("--namespaces")))
 		g.Expect(c.LivenessProbe.HTTPGet.Path).To(Equal("/healthz"))
 		g.Expect(c.ReadinessProbe.HTTPGet.Path).To(Equal("/readyz"))
@@ -190,7 +200,12 @@ func TestRenderedChartValues(t *testing.T) {
 	t.Run("watchNamespaces: --namespaces and a RoleBinding per namespace instead of a ClusterRoleBinding", func(t *testing.T) {
 		g := NewWithT(t)
 		objs := parseObjects(t, h.template(t, "--set", "watchNamespaces={ci,team-a}"))
-		g.Expect(kinds(objs)).NotTo(HaveKey("ClusterRoleBinding"))
+		for _, o := range objs {
+			if o.GetKind() == "ClusterRoleBinding" {
+				roleRef, _, _ := unstructured.NestedStringMap(o.Object, "roleRef")
+				g.Expect(roleRef["name"]).NotTo(Equal("buildlock-manager"), "the manager's rules are bound per namespace only")
+			}
+		}
 		var d appsv1.Deployment
 		find(t, objs, "Deployment", "buildlock", &d)
 		g.Expect(d.Spec.Template.Spec.Containers[0].Args).To(ContainElement("--namespaces=ci,team-a"))

@@ -32,6 +32,10 @@ func TestValuesSchemaRejectsMistakes(t *testing.T) {
 		"a misspelt nested value":              {[]string{"--set", "serviceMonitor.enable=true"}, "enable"},
 		"a value of the wrong type":            {[]string{"--set-string", "replicaCount=two"}, "replicaCount"},
 		"a duration the manager refuses":       {[]string{"--set", "finishedTTL=1d"}, "finishedTTL"},
+		"a grant retention without a unit":     {[]string{"--set", "grantRetention=24"}, "grantRetention"},
+		"an alert threshold in days":           {[]string{"--set", "prometheusRule.lockHeldLongerThan=1d"}, "lockHeldLongerThan"},
+		"an alert threshold with a fraction":   {[]string{"--set", "prometheusRule.buildWaitingLongerThan=1.5h"}, "buildWaitingLongerThan"},
+		"a metrics reader without a kind":      {[]string{"--set", "metrics.readers[0].name=prometheus"}, "kind"},
 		"a negative duration":                  {[]string{"--set", "maxHold=-1h"}, "maxHold"},
 		"a scrape interval Prometheus refuses": {[]string{"--set", "serviceMonitor.interval=30 s"}, "interval"},
 		"a log level zap refuses":              {[]string{"--set", "logLevel=verbose"}, "logLevel"},
@@ -60,10 +64,11 @@ func TestValuesSchemaRejectsMistakes(t *testing.T) {
 
 	t.Run("the values people set are accepted", func(t *testing.T) {
 		h.run(t, "lint", "--strict", "charts/buildlock",
-			"--set", "replicaCount=2", "--set", "finishedTTL=1h30m", "--set", "maxHold=0",
+			"--set", "replicaCount=2", "--set", "finishedTTL=1h30m", "--set", "maxHold=0", "--set", "grantRetention=48h",
 			"--set", "logLevel=5", "--set", "image.tag=20260115", "--set", "serviceMonitor.interval=1m",
 			"--set", "watchNamespaces={ci,team-a}", "--set", "extraArgs={--zap-encoder=console}",
-			"--set", "podDisruptionBudget.enabled=true", "--set", "podDisruptionBudget.maxUnavailable=50%")
+			"--set", "podDisruptionBudget.enabled=true", "--set", "podDisruptionBudget.maxUnavailable=50%",
+			"--set", "prometheusRule.enabled=true", "--set", "prometheusRule.lockHeldLongerThan=90m")
 	})
 }
 
@@ -228,7 +233,7 @@ func TestValuesSchemaCoversEveryValue(t *testing.T) {
 				t.Errorf("%s: $ref %s names no definition", path, n.Ref)
 				return
 			}
-			if str, ok := v.(string); ok && acceptsDuration(str) && name != "goDuration" && name != "promDuration" {
+			if str, ok := v.(string); ok && acceptsDuration(str) && !strings.HasSuffix(name, "Duration") {
 				t.Errorf("%s: the default %q is a duration, but the schema validates it as %s", path, str, name)
 			}
 			return
@@ -254,7 +259,7 @@ func TestValuesSchemaCoversEveryValue(t *testing.T) {
 			}
 		case string:
 			if acceptsDuration(v) && v != "" {
-				t.Errorf("%s: the default %q is a duration; validate it with the goDuration or promDuration definition", path, v)
+				t.Errorf("%s: the default %q is a duration; validate it with the goDuration, promDuration or hmsDuration definition", path, v)
 			}
 		}
 		if n.Type == nil && n.AnyOf == nil {

@@ -78,3 +78,27 @@ rules, it renders the copies `make chart-sync` takes of config/rbac.
 {{- end }}
 {{- toYaml $role.rules }}
 {{- end }}
+
+{{/*
+The seconds of an hours-minutes-seconds duration ("1h30m" is 5400), for
+alert thresholds: PromQL compares numbers, and the schema keeps thresholds
+to that form.
+*/}}
+{{- define "buildlock.seconds" -}}
+{{- $total := 0 }}
+{{- range regexFindAll "[0-9]+[hms]" . -1 }}
+{{- $n := regexFind "[0-9]+" . | atoi }}
+{{- $total = add $total (mul $n (get (dict "h" 3600 "m" 60 "s" 1) (trimPrefix (toString $n) .))) }}
+{{- end }}
+{{- $total }}
+{{- end }}
+
+{{/*
+An alert's labels: its severity and prometheusRule.alertLabels.
+*/}}
+{{- define "buildlock.alertLabels" -}}
+severity: {{ .severity }}
+{{- with .extra }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
