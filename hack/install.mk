@@ -45,6 +45,24 @@ install: manifests $(KUBECTL) ## Install the CRD into the configured cluster.
 uninstall: manifests $(KUBECTL) ## Delete the CRD, and with it every BuildLock, from the configured cluster.
 	$(KUBECTL) delete --ignore-not-found -f config/crd/bases
 
+# The installer without Helm is config/default (kustomize, rendered by the
+# kubectl above) with the manager's image set to IMG; see hack/installer.sh.
+INSTALLER ?= dist/install.yaml
+
+.PHONY: deploy
+deploy: manifests $(KUBECTL) ## Install buildlock without Helm (config/default, image IMG) into the configured cluster.
+	hack/installer.sh $(KUBECTL) $(IMG) | $(KUBECTL) apply --server-side -f -
+
+.PHONY: undeploy
+undeploy: $(KUBECTL) ## Delete what make deploy installed, the CRDs included, and with them every BuildLock.
+	hack/installer.sh $(KUBECTL) $(IMG) | $(KUBECTL) delete --ignore-not-found -f -
+
+.PHONY: build-installer
+build-installer: manifests $(KUBECTL) ## Write dist/install.yaml: what make deploy installs, image IMG, for kubectl apply --server-side -f.
+	@mkdir -p $(dir $(INSTALLER))
+	hack/installer.sh $(KUBECTL) $(IMG) > $(INSTALLER)
+	@echo "Wrote $(INSTALLER) (image $(IMG)); install it with: kubectl apply --server-side -f $(INSTALLER)"
+
 .PHONY: docker-build
 docker-build: ## Build the manager image IMG with CONTAINER_TOOL (docker).
 	$(CONTAINER_TOOL) build -t $(IMG) .

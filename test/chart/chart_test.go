@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
@@ -31,6 +32,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
+	"github.com/buildlock/buildlock/hack/localcluster/cluster"
 )
 
 const (
@@ -88,33 +90,12 @@ func TestChart(t *testing.T) {
 			"defaults":           nil,
 			"watched namespaces": {"--set", "watchNamespaces={ci,team-a}", "--set", "replicaCount=2", "--set", "podDisruptionBudget.enabled=true"},
 		} {
-			t.Run(name, func(t *testing.T) {
-				manifests := h.template(t, values...)
-				cmd := c.Kubectl(ctx, "apply", "--dry-run=server", "-f", "-")
-				cmd.Stdin = strings.NewReader(manifests)
-				var stdout, stderr bytes.Buffer
-				cmd.Stdout, cmd.Stderr = &stdout, &stderr
-				if err := cmd.Run(); err != nil {
-					t.Fatalf("kubectl apply --dry-run=server refused the chart: %v\n%s%s", err, stderr.String(), stdout.String())
-				}
-				if strings.Contains(stderr.String(), "Warning") {
-					t.Errorf("kubectl apply --dry-run=server warned:\n%s", stderr.String())
-				}
-			})
+			t.Run(name, func(t *testing.T) { serverDryRun(t, c, h.template(t, values...)) })
 		}
 	})
 
 	t.Run("the manager's pod passes Pod Security restricted", func(t *testing.T) {
-		g := NewWithT(t)
-		var d appsv1.Deployment
-		find(t, parseObjects(t, h.template(t)), "Deployment", "buildlock", &d)
-		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: releaseNS, GenerateName: "buildlock-", Labels: d.Spec.Template.Labels},
-			Spec:       d.Spec.Template.Spec,
-		}
-		// The ServiceAccount does not exist yet; admission of a dry-run
-		// create checks the pod's security all the same.
-		g.Expect(admin.Create(ctx, pod, client.DryRunAll)).To(Succeed(), "the namespace enforces restricted")
+		expectRestrictedPod(t, admin, parseObjects(t, h.template(t)))
 	})
 
 	h.run(t, append([]string{"install", release, "charts/buildlock", "--namespace", releaseNS, "--kubeconfig", c.Kubeconfig}, values...)...)
@@ -123,19 +104,9 @@ func TestChart(t *testing.T) {
 		g.Eventually(crdEstablished(ctx, admin, crd.Name)).Should(Succeed(), "helm installs the chart's CRDs")
 	}
 
-	// A pipeline's ServiceAccount, bound to the chart's pipeline ClusterRole.
-	g.Expect(admin.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: pipelineNS, Name: pipelineSA}})).To(Succeed())
-	g.Expect(admin.Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: pipelineNS, Name: "pipeline-buildlock"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "buildlock-pipeline"},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: pipelineNS, Name: pipelineSA}},
-	})).To(Succeed())
-
+	asPipeline := bindPipeline(ctx, g, c, admin)
 	managerCfg := asServiceAccount(c.Config, releaseNS, managerSA)
-	pipelineCfg := asServiceAccount(c.Config, pipelineNS, pipelineSA)
 	asManager, err := client.New(managerCfg, client.Options{Scheme: scheme})
-	g.Expect(err).NotTo(HaveOccurred())
-	asPipeline, err := client.New(pipelineCfg, client.Options{Scheme: scheme})
 	g.Expect(err).NotTo(HaveOccurred())
 
 	// The manager runs with the chart's arguments, as the chart's
@@ -356,6 +327,56 @@ func asServiceAccount(cfg *rest.Config, namespace, name string) *rest.Config {
 		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace},
 	}
 	return c
+}
+
+// bindPipeline creates the pipeline's ServiceAccount in pipelineNS, binds
+// it there to the buildlock-pipeline ClusterRole (the chart's and
+// config/rbac's), and returns a client acting as it.
+func bindPipeline(ctx context.Context, g Gomega, c *cluster.Cluster, admin client.Client) client.Client {
+	g.Expect(admin.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: pipelineNS, Name: pipelineSA}})).To(Succeed())
+	g.Expect(admin.Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: pipelineNS, Name: "pipeline-buildlock"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "buildlock-pipeline"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: pipelineNS, Name: pipelineSA}},
+	})).To(Succeed())
+	asPipeline, err := client.New(asServiceAccount(c.Config, pipelineNS, pipelineSA), client.Options{Scheme: admin.Scheme()})
+	g.Expect(err).NotTo(HaveOccurred())
+	return asPipeline
+}
+
+// serverDryRun applies manifests with `kubectl apply --dry-run=server`: the
+// API server validates and admits every object (schemas, Pod Security)
+// without keeping them. A refusal or a warning fails the test.
+func serverDryRun(t *testing.T, c *cluster.Cluster, manifests string) {
+	t.Helper()
+	cmd := c.Kubectl(t.Context(), "apply", "--dry-run=server", "-f", "-")
+	cmd.Stdin = strings.NewReader(manifests)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("kubectl apply --dry-run=server refused the manifests: %v\n%s%s", err, stderr.String(), stdout.String())
+	}
+	if strings.Contains(stderr.String(), "Warning") {
+		t.Errorf("kubectl apply --dry-run=server warned:\n%s", stderr.String())
+	}
+}
+
+// expectRestrictedPod creates, as a dry run, a pod of the manager
+// Deployment among objs in releaseNS, which enforces Pod Security
+// restricted.
+func expectRestrictedPod(t *testing.T, admin client.Client, objs []*unstructured.Unstructured) {
+	t.Helper()
+	var d appsv1.Deployment
+	find(t, objs, "Deployment", "buildlock", &d)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: releaseNS, GenerateName: "buildlock-", Labels: d.Spec.Template.Labels},
+		Spec:       d.Spec.Template.Spec,
+	}
+	// The ServiceAccount need not exist: the local control plane admits
+	// pods without checking it, and checks their security all the same.
+	if err := admin.Create(t.Context(), pod, client.DryRunAll); err != nil {
+		t.Fatalf("the manager's pod, in a namespace that enforces restricted: %v", err)
+	}
 }
 
 // asUser is cfg (an administrator's) impersonating a user.
