@@ -11,6 +11,7 @@ K8S_VERSION ?= 1.37.2
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
 HELM_VERSION ?= v3.22.0
 GOLANGCI_LINT_VERSION ?= v2.15.0
+HELM_DOCS_VERSION ?= v1.14.2
 # Prometheus's Go module versions are v0.3XX.Y for Prometheus 3.XX.Y.
 PROMETHEUS_VERSION ?= v0.316.0
 
@@ -24,6 +25,7 @@ CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 HELM ?= $(LOCALBIN)/helm-$(HELM_VERSION)-release
 GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 PROMTOOL ?= $(LOCALBIN)/promtool-$(PROMETHEUS_VERSION)
+HELM_DOCS ?= $(LOCALBIN)/helm-docs-$(HELM_DOCS_VERSION)
 
 export KUBEBUILDER_ASSETS := $(ENVTEST_DIR)
 
@@ -130,6 +132,9 @@ HELM_LDFLAGS = -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
 $(HELM):
 	$(if $(HELM_K8S_MINOR),,$(error cannot read the version of k8s.io/client-go from helm $(HELM_VERSION)'s go.mod))
 	$(call go-install-tool,$@,helm.sh/helm/v3/cmd/helm,$(HELM_VERSION),-ldflags '$(HELM_LDFLAGS)')
+
+$(HELM_DOCS):
+	$(call go-install-tool,$@,github.com/norwoodj/helm-docs/cmd/helm-docs,$(HELM_DOCS_VERSION))
 
 $(PROMTOOL):
 	$(call go-install-tool,$@,github.com/prometheus/prometheus/cmd/promtool,$(PROMETHEUS_VERSION))

@@ -85,14 +85,29 @@ chart-sync: manifests ## Copy the generated CRDs and the RBAC rules into the cha
 	cp config/crd/bases/*.yaml $(CHART_DIR)/files/crds/
 	cp $(addprefix config/rbac/,$(CHART_RBAC_FILES)) $(CHART_DIR)/files/rbac/
 
+.PHONY: docs-values
+docs-values: $(HELM_DOCS) ## Regenerate the values table of docs/install.md from the comments in the chart's values.yaml.
+	hack/values-table.sh $(HELM_DOCS) $(CHART_DIR) docs/install.md > docs/install.md.tmp
+	mv docs/install.md.tmp docs/install.md
+
+.PHONY: verify-docs
+verify-docs: $(HELM_DOCS) ## Fail when the values table of docs/install.md differs from values.yaml's comments.
+	@want=$$(mktemp); trap 'rm -f $$want' EXIT; \
+	hack/values-table.sh $(HELM_DOCS) $(CHART_DIR) docs/install.md > $$want; \
+	diff -u docs/install.md $$want \
+		|| { echo "docs/install.md's values table is out of date with $(CHART_DIR)/values.yaml; run 'make docs-values' and commit."; exit 1; }
+
+.PHONY: lint-chart
+lint-chart: $(HELM) ## helm lint --strict the chart, its values schema included.
+	$(HELM) lint --strict $(CHART_DIR)
+
 .PHONY: verify-chart
-verify-chart: manifests $(HELM) ## Fail when the chart's CRDs or RBAC rules differ from config/, or helm lint complains.
+verify-chart: manifests $(HELM) $(PROMTOOL) lint-chart verify-docs ## Fail when the chart's CRDs or RBAC rules differ from config/, its values or alerts are wrong, or helm lint complains.
 	@diff -ru config/crd/bases $(CHART_DIR)/files/crds \
 		&& for f in $(CHART_RBAC_FILES); do diff -u config/rbac/$$f $(CHART_DIR)/files/rbac/$$f || exit 1; done \
 		&& [ "$$(ls $(CHART_DIR)/files/rbac)" = "$$(printf '%s\n' $(sort $(CHART_RBAC_FILES)))" ] \
 		|| { echo "The chart is out of date with config/; run 'make chart-sync' and commit."; exit 1; }
-	$(HELM) lint --strict $(CHART_DIR)
-	HELM=$(HELM) go test ./test/chart -run '^TestRendered' -count=1
+	HELM=$(HELM) PROMTOOL=$(PROMTOOL) go test ./test/chart -short -count=1
 
 .PHONY: test-chart
 test-chart: envtest $(HELM) $(PROMTOOL) ## Install the chart (and the kustomize installer) on a local control plane and run the manager under their RBAC.
