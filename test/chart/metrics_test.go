@@ -20,7 +20,7 @@ import (
 )
 
 // strictly converts a rendered object into out, refusing fields out does not
-// know: a misspelt field of a ServiceMonitor or PrometheusRule would be
+// know: a misspelled field of a ServiceMonitor or PrometheusRule would be
 // dropped by the API server's pruning, silently.
 func strictly(t *testing.T, o *unstructured.Unstructured, out any) {
 	t.Helper()

@@ -28,8 +28,8 @@ func TestValuesSchemaRejectsMistakes(t *testing.T) {
 		set  []string
 		want string // in helm's error
 	}{
-		"a misspelt top-level value":           {[]string{"--set", "replicas=3"}, "replicas"},
-		"a misspelt nested value":              {[]string{"--set", "serviceMonitor.enable=true"}, "enable"},
+		"a misspelled top-level value":         {[]string{"--set", "replicas=3"}, "replicas"},
+		"a misspelled nested value":            {[]string{"--set", "serviceMonitor.enable=true"}, "enable"},
 		"a value of the wrong type":            {[]string{"--set-string", "replicaCount=two"}, "replicaCount"},
 		"a duration the manager refuses":       {[]string{"--set", "finishedTTL=1d"}, "finishedTTL"},
 		"a grant retention without a unit":     {[]string{"--set", "grantRetention=24"}, "grantRetention"},
