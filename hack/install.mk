@@ -38,11 +38,11 @@ demo: envtest ## Play the narrated hand-off scenario on a local control plane; e
 # uses yours.
 
 .PHONY: install
-install: manifests $(KUBECTL) ## Install the CRD into the configured cluster.
+install: manifests $(KUBECTL) ## Install the CRDs into the configured cluster.
 	$(KUBECTL) apply --server-side -f config/crd/bases
 
 .PHONY: uninstall
-uninstall: manifests $(KUBECTL) ## Delete the CRD, and with it every BuildLock, from the configured cluster.
+uninstall: manifests $(KUBECTL) ## Delete the CRDs, and with them every BuildLock, from the configured cluster.
 	$(KUBECTL) delete --ignore-not-found -f config/crd/bases
 
 # The installer without Helm is config/default (kustomize, rendered by the
