@@ -56,11 +56,14 @@ const (
 	PodNamePattern = `^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	// PodUIDPattern is a UUID, as Kubernetes assigns pod UIDs.
 	PodUIDPattern = `^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`
-	// BranchPattern refuses control characters (C0, DEL, C1) and the Unicode
+	// BranchForbiddenChars is the character class (without brackets) that
+	// spec.branch refuses: control characters (C0, DEL, C1) and the Unicode
 	// bidirectional overrides, which would let a branch name rewrite what
 	// `kubectl get` and the plugin print. Git refuses the ASCII ones in ref
 	// names too.
-	BranchPattern = `^[^\x00-\x1f\x7f-\x9f\x{202a}-\x{202e}\x{2066}-\x{2069}]+$`
+	BranchForbiddenChars = `\x{0000}-\x{001f}\x{007f}-\x{009f}\x{202a}-\x{202e}\x{2066}-\x{2069}`
+	// BranchPattern is what spec.branch accepts.
+	BranchPattern = `^[^` + BranchForbiddenChars + `]+$`
 	// TimePattern is an RFC 3339 date-time with an upper-case T and Z and an
 	// optional fraction of up to nine digits: what spec.timestamp and
 	// spec.renewTime accept (the API server also checks that the date

@@ -32,21 +32,21 @@ type lockStatus struct {
 
 // claimStatus is one claim as `status` shows it.
 type claimStatus struct {
-	Name         string            `json:"name"`
-	Repo         string            `json:"repo"`
-	Branch       string            `json:"branch"`
-	Build        int64             `json:"build"`
-	Pod          string            `json:"pod,omitempty"`
-	Phase        buildlockv1.Phase `json:"phase"`
-	Reason       string            `json:"reason,omitempty"`
-	Message      string            `json:"message,omitempty"`
-	FencingToken int64             `json:"fencingToken,omitempty"`
-	Created      metav1.Time       `json:"created"`
-	AcquiredAt   *metav1.MicroTime `json:"acquiredAt,omitempty"`
-	ExpiresAt    *metav1.MicroTime `json:"expiresAt,omitempty"`
-	SupersededBy string            `json:"supersededBy,omitempty"`
+	Name         string                 `json:"name"`
+	Repo         string                 `json:"repo"`
+	Branch       string                 `json:"branch"`
+	Build        int64                  `json:"build"`
+	Pod          string                 `json:"pod,omitempty"`
+	Phase        buildlockv1.Phase      `json:"phase"`
+	Reason       string                 `json:"reason,omitempty"`
+	Message      string                 `json:"message,omitempty"`
+	FencingToken int64                  `json:"fencingToken,omitempty"`
+	Created      metav1.Time            `json:"created"`
+	AcquiredAt   *metav1.MicroTime      `json:"acquiredAt,omitempty"`
+	ExpiresAt    *metav1.MicroTime      `json:"expiresAt,omitempty"`
+	SupersededBy string                 `json:"supersededBy,omitempty"`
 	Timestamp    *buildlockv1.Timestamp `json:"timestamp,omitempty"`
-	ExpiresAfter *metav1.Duration  `json:"expiresAfter,omitempty"`
+	ExpiresAfter *metav1.Duration       `json:"expiresAfter,omitempty"`
 	RenewTime    *buildlockv1.Timestamp `json:"renewTime,omitempty"`
 }
 

@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
-	"github.com/buildlock/buildlock/hack/localcluster/cluster"
+	"github.com/buildlock/buildlock/internal/localcluster"
 	"github.com/buildlock/buildlock/internal/testenv"
 )
 
@@ -42,7 +42,7 @@ type want struct {
 // demo is one run of the scenario against a local control plane.
 type demo struct {
 	out     io.Writer
-	c       *cluster.Cluster
+	c       *localcluster.Cluster
 	client  client.Client // direct, uncached: every read sees the API server's latest state
 	timeout time.Duration
 	step    int
@@ -52,7 +52,7 @@ type demo struct {
 // narrating to out. It returns an error naming the first step whose expected
 // state was not observed within timeout.
 func run(ctx context.Context, out io.Writer, timeout time.Duration) (err error) {
-	c, err := cluster.Start(cluster.Options{})
+	c, err := localcluster.Start(localcluster.Options{})
 	if err != nil {
 		return err
 	}

@@ -30,7 +30,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/buildlock/buildlock/hack/localcluster/cluster"
+	"github.com/buildlock/buildlock/internal/localcluster"
 	"github.com/buildlock/buildlock/internal/testenv"
 )
 
@@ -62,7 +62,7 @@ func main() {
 func run(ctx context.Context, out io.Writer, manager string, managerArgs []string, finishedTTL time.Duration) (err error) {
 	log := ctrl.Log.WithName("localcluster")
 	log.Info("Starting a local control plane (etcd and kube-apiserver)")
-	c, err := cluster.Start(cluster.Options{})
+	c, err := localcluster.Start(localcluster.Options{})
 	if err != nil {
 		return err
 	}
@@ -89,8 +89,8 @@ func run(ctx context.Context, out io.Writer, manager string, managerArgs []strin
 	return nil
 }
 
-func printWelcome(out io.Writer, c *cluster.Cluster) {
-	kubectl := cluster.KubectlPath(c.Root)
+func printWelcome(out io.Writer, c *localcluster.Cluster) {
+	kubectl := localcluster.KubectlPath(c.Root)
 	fmt.Fprintf(out, `
 A local control plane is running with the BuildLock CRD, and the operator is
 watching it. In another terminal:
@@ -111,7 +111,7 @@ Ctrl-C stops the operator and the control plane and removes their files.
 
 // runBinary runs a manager binary against the local control plane until ctx
 // ends, then stops it with SIGTERM (as the kubelet would).
-func runBinary(ctx context.Context, c *cluster.Cluster, manager string, args []string) error {
+func runBinary(ctx context.Context, c *localcluster.Cluster, manager string, args []string) error {
 	// Out of a cluster the manager cannot find its own namespace, and the
 	// default ports may be taken; explicit flags given after -- win, as the
 	// last occurrence of a flag does.

@@ -13,6 +13,7 @@ func TestReasonsAndPhasesAreTheAPIs(t *testing.T) {
 	for _, pair := range [][2]string{
 		{arbiter.ReasonAcquired, buildlockv1.ReasonAcquired},
 		{arbiter.ReasonWaitingForHolder, buildlockv1.ReasonWaitingForHolder},
+		{arbiter.ReasonQueued, buildlockv1.ReasonQueued},
 		{arbiter.ReasonSupersededByNewerBuild, buildlockv1.ReasonSupersededByNewerBuild},
 		{arbiter.ReasonDuplicateBuild, buildlockv1.ReasonDuplicateBuild},
 		{arbiter.ReasonPodFinished, buildlockv1.ReasonPodFinished},
@@ -27,9 +28,26 @@ func TestReasonsAndPhasesAreTheAPIs(t *testing.T) {
 		{string(arbiter.Superseded), string(buildlockv1.PhaseSuperseded)},
 		{string(arbiter.Released), string(buildlockv1.PhaseReleased)},
 		{string(arbiter.Expired), string(buildlockv1.PhaseExpired)},
+		{string(arbiter.NewestWins), string(buildlockv1.OrderingNewestWins)},
+		{string(arbiter.Queue), string(buildlockv1.OrderingQueue)},
+		{string(arbiter.Fifo), string(buildlockv1.OrderingFifo)},
 	} {
 		if pair[0] != pair[1] {
 			t.Errorf("arbiter has %q where the API has %q", pair[0], pair[1])
+		}
+	}
+}
+
+// TestValuesAreTheAPIs keeps the arbiter's copies of the API's defaults and
+// bounds equal to api/v1alpha1's.
+func TestValuesAreTheAPIs(t *testing.T) {
+	for _, pair := range [][2]any{
+		{arbiter.DefaultExpiresAfter, buildlockv1.DefaultExpiresAfter},
+		{arbiter.MaxTimestampSkew, buildlockv1.MaxTimestampSkew},
+		{arbiter.MaxQuotedLength, buildlockv1.MaxQuotedLength},
+	} {
+		if pair[0] != pair[1] {
+			t.Errorf("arbiter has %v where the API has %v", pair[0], pair[1])
 		}
 	}
 }

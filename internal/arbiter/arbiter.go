@@ -2,6 +2,7 @@ package arbiter
 
 import (
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -10,6 +11,7 @@ import (
 const (
 	ReasonAcquired               = "Acquired"
 	ReasonWaitingForHolder       = "WaitingForHolder"
+	ReasonQueued                 = "Queued"
 	ReasonSupersededByNewerBuild = "SupersededByNewerBuild"
 	ReasonDuplicateBuild         = "DuplicateBuild"
 	ReasonPodFinished            = "PodFinished"
@@ -20,13 +22,29 @@ const (
 	ReasonForceReleased          = "ForceReleased"
 )
 
-// DefaultExpiresAfter bounds a pod-less hold whose ExpiresAfter is not
-// positive. The API defaults spec.expiresAfter to the same hour; applying it
-// here too means a hand-built Claim can never be granted a hold that has
-// expired the instant it starts (which would break the fixed point).
-const DefaultExpiresAfter = time.Hour
+// Values the arbiter shares with the API (api/v1alpha1); a test keeps them
+// equal, so that the arbiter imports nothing but the standard library.
+const (
+	// DefaultExpiresAfter bounds a pod-less hold whose ExpiresAfter is not
+	// positive, as the API does for an absent spec.expiresAfter.
+	DefaultExpiresAfter = time.Hour
+	// MaxTimestampSkew is how far after its creation a claim's Timestamp may
+	// place it (see [OrderTime]).
+	MaxTimestampSkew = 30 * time.Second
+	// MaxQuotedLength is the most characters of free text (a force-release
+	// reason) that a message quotes.
+	MaxQuotedLength = 320
+)
 
-// warnAtPercent is how far into MaxHold a pod-backed holder is warned.
+// DefaultLineMemory is how long a grant record remembers the build of a line
+// that held the lock when Policy.LineMemory is not positive.
+const DefaultLineMemory = 24 * time.Hour
+
+// MaxLineRecords bounds Grant.Lines: a lock remembers the builds that held
+// it for at most this many lines, the most recently granted ones.
+const MaxLineRecords = 64
+
+// warnAtPercent is how far into its maximum hold a holder is warned.
 const warnAtPercent = 80
 
 // none marks "no claim" where claims are referred to by index.
@@ -40,8 +58,17 @@ const none = -1
 func Decide(lock Lock, claims []Claim, grant Grant, now time.Time, policy Policy) Decision {
 	d := newDecider(lock, claims, grant, now, policy)
 	candidates := d.endClaims()
-	survivors := d.pickLineSurvivors(candidates)
-	d.rankForSlot(survivors)
+	candidates = d.supersedeBackwards(candidates)
+	var queue []int
+	switch policy.Ordering {
+	case Queue:
+		queue = d.queueByLine(candidates)
+	case Fifo:
+		queue = d.queueByArrival(candidates)
+	default:
+		queue = d.rankNewest(candidates)
+	}
+	d.grantAndQueue(queue)
 	return d.decision()
 }
 
@@ -56,28 +83,46 @@ type decider struct {
 
 	claims   []Claim
 	verdicts []Verdict // verdicts[i] is for claims[i]; Phase "" until decided.
-	// supersededBy[i] is the claim that made claims[i] obsolete, or none.
+	// supersededBy[i] is the claim that made claims[i] obsolete, or none
+	// (also when a remembered build did, see byMemory).
 	supersededBy []int
+	// byMemory[i] is the grant record's memory of a higher build of the line
+	// that superseded claims[i], if that is what did.
+	byMemory []*LineRecord
+	// endedByRecord[i] says that claims[i] was still shown Held and takes the
+	// ending the grant record kept for it.
+	endedByRecord []bool
+	// place[i] is claims[i]'s place in the queue: its QueuedAt, an inherited
+	// one, or now for a newcomer.
+	place []time.Time
+	// ahead[i] is the claim directly ahead of queued claim i (none: the
+	// holder is).
+	ahead []int
 
 	granted    int // the claim the input grant names, or none.
 	liveHolder int // granted, if its hold goes on; else none.
 	newHolder  int // the claim granted by this decision, or none.
-	slot       int // the claim that waits after this decision, or none.
+	queue      []int
+	ended      Ending // the hold this decision ended, if any.
 }
 
 func newDecider(lock Lock, claims []Claim, grant Grant, now time.Time, policy Policy) *decider {
+	n := len(claims)
 	d := &decider{
-		lock:         lock,
-		grant:        grant,
-		now:          now,
-		policy:       policy,
-		claims:       slices.Clone(claims),
-		verdicts:     make([]Verdict, len(claims)),
-		supersededBy: make([]int, len(claims)),
-		granted:      none,
-		liveHolder:   none,
-		newHolder:    none,
-		slot:         none,
+		lock:          lock,
+		grant:         grant,
+		now:           now,
+		policy:        policy,
+		claims:        slices.Clone(claims),
+		verdicts:      make([]Verdict, n),
+		supersededBy:  make([]int, n),
+		byMemory:      make([]*LineRecord, n),
+		endedByRecord: make([]bool, n),
+		place:         make([]time.Time, n),
+		ahead:         make([]int, n),
+		granted:       none,
+		liveHolder:    none,
+		newHolder:     none,
 	}
 	slices.SortFunc(d.claims, compareIdentity)
 	for i := range d.claims {
@@ -95,20 +140,21 @@ func newDecider(lock Lock, claims []Claim, grant Grant, now time.Time, policy Po
 	return d
 }
 
-// endClaims settles terminal claims (rule 7), the holder (2), other claims
-// shown Held (1) and dead waiters (6), and returns the claims still in the
-// running.
+// endClaims settles terminal claims (rule 8), the holder (2), other claims
+// shown Held (1) and waiters that leave (7), and returns the claims still in
+// the running.
 func (d *decider) endClaims() (candidates []int) {
 	for i, c := range d.claims {
 		v := &d.verdicts[i]
 		switch {
 		case c.Phase.IsTerminal():
-			// Rule 7: unchanged; the empty reason tells the controller so.
+			// Rule 8: unchanged; the empty reason tells the controller so.
 			v.Phase = c.Phase
 		case i == d.granted:
 			// Rule 2: the holder keeps the lock until it positively ends.
-			if phase, reason := holdEnd(c, d.grant.AcquiredAt, d.now, d.policy); phase != "" {
+			if phase, reason := holdEnd(c, d.grant.AcquiredAt, d.now, d.policy.MaxHold); phase != "" {
 				v.Phase, v.Reason = phase, reason
+				d.ended = Ending{Name: c.Name, UID: c.UID, Phase: phase, Reason: reason, At: d.now}
 			} else {
 				d.liveHolder = i
 				v.Phase, v.Reason = Held, ReasonAcquired
@@ -116,11 +162,14 @@ func (d *decider) endClaims() (candidates []int) {
 		case c.Phase == Held:
 			// Rule 1: shown Held, but the grant names another claim or none.
 			v.Phase, v.Reason = Released, ReasonLockLost
-			if reason := leaveReason(c); reason != "" {
+			if e := d.grant.Ended; e.Name == c.Name && e.UID == c.UID {
+				v.Phase, v.Reason = e.Phase, e.Reason
+				d.endedByRecord[i] = true
+			} else if reason := leaveReason(c); reason != "" {
 				v.Reason = reason
 			}
 		case leaveReason(c) != "":
-			// Rule 6: a waiter whose pod ended, or that was force-released,
+			// Rule 7: a waiter whose pod ended, or that was force-released,
 			// leaves.
 			v.Phase, v.Reason = Released, leaveReason(c)
 		default:
@@ -130,23 +179,61 @@ func (d *decider) endClaims() (candidates []int) {
 	return candidates
 }
 
-// holdEnd returns how a hold granted at acquiredAt has ended by now (rule 2),
-// or "" if it goes on.
-func holdEnd(c Claim, acquiredAt, now time.Time, policy Policy) (Phase, string) {
+// holdEnd returns the phase and reason with which the hold of c granted at
+// acquiredAt has ended by now (rule 2), or "" if it goes on.
+func holdEnd(c Claim, acquiredAt, now time.Time, maxHold time.Duration) (Phase, string) {
 	if reason := leaveReason(c); reason != "" {
 		return Released, reason
 	}
-	if c.Pod == NoPod {
-		if !now.Before(podlessExpiry(c, acquiredAt)) {
-			return Expired, ReasonExpired
-		}
-		return "", ""
-	}
-	// PodAlive or PodUnknown: alive (rule 8), bounded only by MaxHold.
-	if policy.MaxHold > 0 && !now.Before(acquiredAt.Add(policy.MaxHold)) {
-		return Expired, ReasonMaxHoldExceeded
+	if deadline, reason := holdDeadline(c, acquiredAt, now, maxHold); !deadline.IsZero() && !now.Before(deadline) {
+		return Expired, reason
 	}
 	return "", ""
+}
+
+// holdDeadline returns when the hold of c granted at acquiredAt ends by time
+// alone, and the reason it will end with; zero if it never does. A pod-less
+// hold ends ExpiresAfter after its grant or last renewal; every hold ends at
+// its maximum hold, whichever comes first.
+func holdDeadline(c Claim, acquiredAt, now time.Time, maxHold time.Duration) (time.Time, string) {
+	var deadline time.Time
+	reason := ""
+	if c.Pod == NoPod {
+		from := acquiredAt
+		if r := renewal(c, now); r.After(from) {
+			from = r
+		}
+		deadline, reason = from.Add(expiresAfter(c)), ReasonExpired
+	}
+	if maxHold > 0 {
+		if end := acquiredAt.Add(maxHold); deadline.IsZero() || end.Before(deadline) {
+			deadline, reason = end, ReasonMaxHoldExceeded
+		}
+	}
+	return deadline, reason
+}
+
+// renewal is the instant the latest renewal of c counts from at now: the
+// recorded one, or a new one at min(RenewTime, now), whichever is later.
+func renewal(c Claim, now time.Time) time.Time {
+	r := c.RenewedAt
+	if !c.RenewTime.IsZero() {
+		seen := c.RenewTime
+		if now.Before(seen) {
+			seen = now
+		}
+		if seen.After(r) {
+			r = seen
+		}
+	}
+	return r
+}
+
+func expiresAfter(c Claim) time.Duration {
+	if c.ExpiresAfter <= 0 {
+		return DefaultExpiresAfter
+	}
+	return c.ExpiresAfter
 }
 
 // leaveReason is why a claim ends regardless of time: a person force-released
@@ -170,104 +257,215 @@ func podEndReason(s PodState) string {
 	return ""
 }
 
-// podlessExpiry is when a pod-less hold granted at acquiredAt ends unless
-// renewed.
-func podlessExpiry(c Claim, acquiredAt time.Time) time.Time {
-	from := acquiredAt
-	if c.RenewTime.After(from) {
-		from = c.RenewTime
-	}
-	expiresAfter := c.ExpiresAfter
-	if expiresAfter <= 0 {
-		expiresAfter = DefaultExpiresAfter
-	}
-	return from.Add(expiresAfter)
-}
-
 // line is a claim's repository and branch: builds of one line replace each
 // other.
 type line struct{ repo, branch string }
 
 func lineOf(c Claim) line { return line{c.Repo, c.Branch} }
 
-// pickLineSurvivors applies rule 3 and returns at most one claim per line.
-func (d *decider) pickLineSurvivors(candidates []int) []int {
+// supersedeBackwards applies rule 3: a candidate at or below the live
+// holder's build of its line, or a build of its line that the grant record
+// remembers holding, is Superseded. It returns the others.
+func (d *decider) supersedeBackwards(candidates []int) []int {
+	memory := d.rememberedLines()
+	out := candidates[:0:0]
+	for _, i := range candidates {
+		c := d.claims[i]
+		if h := d.liveHolder; h != none && lineOf(d.claims[h]) == lineOf(c) && c.Build <= d.claims[h].Build {
+			d.supersede(i, h, inLineReason(c.Build, d.claims[h].Build))
+			continue
+		}
+		if r, ok := memory[lineOf(c)]; ok && c.Build <= r.Build {
+			d.verdicts[i].Phase, d.verdicts[i].Reason = Superseded, inLineReason(c.Build, r.Build)
+			d.byMemory[i] = &r
+			continue
+		}
+		out = append(out, i)
+	}
+	return out
+}
+
+// rememberedLines returns the grant record's line records that still count
+// at now, by line.
+func (d *decider) rememberedLines() map[line]LineRecord {
+	if len(d.grant.Lines) == 0 {
+		return nil
+	}
+	memory := make(map[line]LineRecord, len(d.grant.Lines))
+	for _, r := range d.grant.Lines {
+		if d.remembers(r) {
+			l := line{r.Repo, r.Branch}
+			if old, ok := memory[l]; !ok || r.Build > old.Build {
+				memory[l] = r
+			}
+		}
+	}
+	return memory
+}
+
+// remembers reports whether record r still counts at now.
+func (d *decider) remembers(r LineRecord) bool {
+	memory := d.policy.LineMemory
+	if memory <= 0 {
+		memory = DefaultLineMemory
+	}
+	return d.now.Before(r.HeldAt.Add(memory))
+}
+
+// inLineReason is the reason a build is superseded by another build of its
+// line: DuplicateBuild for the same number, else SupersededByNewerBuild.
+func inLineReason(build, by int64) string {
+	if build == by {
+		return ReasonDuplicateBuild
+	}
+	return ReasonSupersededByNewerBuild
+}
+
+// collapseLines applies rule 4 (one survivor per line): among the candidates
+// of one line only the highest build survives; the others are Superseded by
+// it. It returns the survivors and, for each, the earliest place in the queue
+// that a member of its line had (zero if none).
+func (d *decider) collapseLines(candidates []int) (survivors []int, inherited map[int]time.Time) {
 	byLine := make(map[line][]int)
 	for _, i := range candidates {
 		l := lineOf(d.claims[i])
 		byLine[l] = append(byLine[l], i)
 	}
-	survivors := make([]int, 0, len(byLine))
+	survivors = make([]int, 0, len(byLine))
+	inherited = make(map[int]time.Time, len(byLine))
 	// Map order does not matter: each line is decided on its own, and the
 	// survivors are ranked by a total order afterwards.
-	for l, members := range byLine {
-		if d.liveHolder != none && l == lineOf(d.claims[d.liveHolder]) {
-			members = d.supersedeByHolder(members)
-		}
-		if len(members) == 0 {
-			continue
-		}
+	for _, members := range byLine {
 		best := slices.MinFunc(members, func(i, j int) int {
 			return compareInLine(d.claims[i], d.claims[j])
 		})
+		var place time.Time
 		for _, i := range members {
-			switch {
-			case i == best:
-			case d.claims[i].Build < d.claims[best].Build:
-				d.supersede(i, best, ReasonSupersededByNewerBuild)
-			default:
-				d.supersede(i, best, ReasonDuplicateBuild)
+			if q := d.claims[i].QueuedAt; !q.IsZero() && (place.IsZero() || q.Before(place)) {
+				place = q
+			}
+			if i != best {
+				d.supersede(i, best, inLineReason(d.claims[i].Build, d.claims[best].Build))
 			}
 		}
 		survivors = append(survivors, best)
+		inherited[best] = place
+	}
+	return survivors, inherited
+}
+
+// rankNewest applies NewestWins (rule 5): one survivor per line, ranked by
+// [Newer].
+func (d *decider) rankNewest(candidates []int) []int {
+	survivors, inherited := d.collapseLines(candidates)
+	d.placeAll(survivors, inherited)
+	slices.SortFunc(survivors, func(i, j int) int { return compareNewer(d.claims[i], d.claims[j]) })
+	return survivors
+}
+
+// queueByLine applies Queue (rule 5): one survivor per line, which keeps the
+// line's place, in the order of the places.
+func (d *decider) queueByLine(candidates []int) []int {
+	survivors, inherited := d.collapseLines(candidates)
+	d.placeAll(survivors, inherited)
+	d.sortByPlace(survivors)
+	return survivors
+}
+
+// queueByArrival applies Fifo (rule 5): every candidate in the order of its
+// place, except a build at or below one of its line ahead of it.
+func (d *decider) queueByArrival(candidates []int) []int {
+	ordered := slices.Clone(candidates)
+	d.placeAll(ordered, nil)
+	d.sortByPlace(ordered)
+	highest := make(map[line]int) // the highest build of each line ahead so far
+	survivors := ordered[:0]
+	for _, i := range ordered {
+		l := lineOf(d.claims[i])
+		if j, ok := highest[l]; ok && d.claims[j].Build >= d.claims[i].Build {
+			d.supersede(i, j, inLineReason(d.claims[i].Build, d.claims[j].Build))
+			continue
+		}
+		highest[l] = i
+		survivors = append(survivors, i)
 	}
 	return survivors
 }
 
-// supersedeByHolder supersedes the members of the holder's line whose build
-// is not above the holder's, and returns the others.
-func (d *decider) supersedeByHolder(members []int) []int {
-	holderBuild := d.claims[d.liveHolder].Build
-	var above []int
-	for _, i := range members {
-		switch b := d.claims[i].Build; {
-		case b < holderBuild:
-			d.supersede(i, d.liveHolder, ReasonSupersededByNewerBuild)
-		case b == holderBuild:
-			d.supersede(i, d.liveHolder, ReasonDuplicateBuild)
+// placeAll gives each claim its place in the queue: its own, else the one
+// its line had (inherited), else a new place at the back. Newcomers join in
+// the order of [compareArrival], each strictly after every place already
+// taken (one microsecond apart, the precision the API stores), so that the
+// queue's order is total and the same in every later decision.
+func (d *decider) placeAll(idx []int, inherited map[int]time.Time) {
+	var newcomers []int
+	back := d.now.Add(-time.Microsecond)
+	for _, i := range idx {
+		switch {
+		case !d.claims[i].QueuedAt.IsZero():
+			d.place[i] = d.claims[i].QueuedAt
+		case !inherited[i].IsZero():
+			d.place[i] = inherited[i]
 		default:
-			above = append(above, i)
+			newcomers = append(newcomers, i)
+			continue
+		}
+		if d.place[i].After(back) {
+			back = d.place[i]
 		}
 	}
-	return above
+	slices.SortFunc(newcomers, func(i, j int) int { return compareArrival(d.claims[i], d.claims[j]) })
+	for _, i := range newcomers {
+		back = back.Add(time.Microsecond)
+		d.place[i] = back
+	}
+}
+
+// sortByPlace orders claims by their place in the queue, then by identity
+// (places are distinct but for inconsistent inputs).
+func (d *decider) sortByPlace(idx []int) {
+	slices.SortFunc(idx, func(i, j int) int {
+		if c := d.place[i].Compare(d.place[j]); c != 0 {
+			return c
+		}
+		return compareIdentity(d.claims[i], d.claims[j])
+	})
+}
+
+// grantAndQueue applies rule 6 to the ranked survivors: without a live
+// holder the first is granted the lock; then NewestWins keeps one waiting
+// claim and supersedes the rest by it, while Queue and Fifo queue them all.
+func (d *decider) grantAndQueue(ranked []int) {
+	if d.liveHolder == none && len(ranked) > 0 {
+		d.newHolder = ranked[0]
+		d.verdicts[d.newHolder].Phase = Held
+		d.verdicts[d.newHolder].Reason = ReasonAcquired
+		ranked = ranked[1:]
+	}
+	if len(ranked) == 0 {
+		return
+	}
+	reason := ReasonQueued
+	if d.policy.Ordering != Queue && d.policy.Ordering != Fifo {
+		reason = ReasonWaitingForHolder
+		for _, i := range ranked[1:] {
+			d.supersede(i, ranked[0], ReasonSupersededByNewerBuild)
+		}
+		ranked = ranked[:1]
+	}
+	d.queue = ranked
+	prev := none
+	for _, i := range ranked {
+		d.verdicts[i].Phase, d.verdicts[i].Reason = Waiting, reason
+		d.verdicts[i].QueuedAt = d.place[i]
+		d.ahead[i], prev = prev, i
+	}
 }
 
 func (d *decider) supersede(i, by int, reason string) {
 	d.verdicts[i].Phase, d.verdicts[i].Reason = Superseded, reason
 	d.verdicts[i].SupersededBy = d.claims[by].Name
 	d.supersededBy[i] = by
-}
-
-// rankForSlot applies rules 4 and 5 to the line survivors.
-func (d *decider) rankForSlot(survivors []int) {
-	slices.SortFunc(survivors, func(i, j int) int {
-		return compareNewer(d.claims[i], d.claims[j])
-	})
-	if d.liveHolder == none && len(survivors) > 0 {
-		d.newHolder = survivors[0]
-		d.verdicts[d.newHolder].Phase = Held
-		d.verdicts[d.newHolder].Reason = ReasonAcquired
-		survivors = survivors[1:]
-	}
-	if len(survivors) == 0 {
-		return
-	}
-	d.slot = survivors[0]
-	d.verdicts[d.slot].Phase = Waiting
-	d.verdicts[d.slot].Reason = ReasonWaitingForHolder
-	for _, i := range survivors[1:] {
-		d.supersede(i, d.slot, ReasonSupersededByNewerBuild)
-	}
 }
 
 // holder is the claim that holds after the decision, or none.
@@ -278,37 +476,54 @@ func (d *decider) holder() int {
 	return d.newHolder
 }
 
+// queued reports whether the claim is queued with Queue or Fifo: its status
+// names neither holder nor waiting claim.
+func (d *decider) queued(i int) bool {
+	return d.verdicts[i].Reason == ReasonQueued
+}
+
 // decision assembles the Decision once every claim has its phase.
 func (d *decider) decision() Decision {
-	out := Decision{Grant: d.grant}
+	out := Decision{Grant: d.grant, Queued: len(d.queue)}
 	switch {
 	case d.liveHolder != none:
 		// The holder stays: the grant is left exactly as it is.
 	case d.newHolder != none:
 		c := d.claims[d.newHolder]
-		out.Grant = Grant{Holder: c.Name, HolderUID: c.UID, Token: d.maxToken() + 1, AcquiredAt: d.now}
+		out.Grant = Grant{Holder: c.Name, HolderUID: c.UID, Token: d.maxToken() + 1, AcquiredAt: d.now,
+			Lines: d.recordLine(c), Ended: d.ended, Writer: c.Writer}
 		out.GrantChanged = true
 	case d.grant.Holder != "":
 		// The holder ended or vanished and nobody takes over: free the lock,
-		// keeping the token floor.
-		out.Grant = Grant{Token: d.maxToken()}
+		// keeping the token floor and the memory of the lines.
+		out.Grant = Grant{Token: d.maxToken(), Lines: d.recordLine(Claim{}), Ended: d.ended}
 		out.GrantChanged = true
 	}
 	if h := d.holder(); h != none {
 		out.Holder = d.claims[h].Name
 		out.NextLook = d.describeHold(h, out.Grant)
 	}
-	if d.slot != none {
-		out.Waiting = d.claims[d.slot].Name
+	if len(d.queue) > 0 {
+		out.Waiting = d.claims[d.queue[0]].Name
 	}
 	for i := range d.verdicts {
-		d.verdicts[i].Message = d.message(i, out.Grant)
+		v := &d.verdicts[i]
+		if v.Reason == "" {
+			continue
+		}
+		if !d.queued(i) {
+			v.Holder, v.Waiting = out.Holder, out.Waiting
+		}
+		if !v.Phase.IsTerminal() {
+			v.RenewedAt = renewal(d.claims[i], d.now)
+		}
+		v.Message = d.message(i, out.Grant)
 	}
 	out.Verdicts = d.writeOrder()
 	return out
 }
 
-// maxToken is the highest fencing token known (rule 5).
+// maxToken is the highest fencing token known (rule 6).
 func (d *decider) maxToken() int64 {
 	highest := d.grant.Token
 	for _, c := range d.claims {
@@ -317,31 +532,72 @@ func (d *decider) maxToken() int64 {
 	return highest
 }
 
-// describeHold fills in the holder's token, expiry and warning under grant,
+// recordLine returns the grant record's line records after granting c (a
+// zero Claim records nothing): records that no longer count are dropped,
+// c's line records c's build, and at most MaxLineRecords are kept, the most
+// recently granted.
+func (d *decider) recordLine(c Claim) []LineRecord {
+	records := make([]LineRecord, 0, len(d.grant.Lines)+1)
+	for _, r := range d.grant.Lines {
+		if d.remembers(r) && (c.Name == "" || r.Repo != c.Repo || r.Branch != c.Branch) {
+			records = append(records, r)
+		}
+	}
+	if c.Name != "" {
+		records = append(records, LineRecord{Repo: c.Repo, Branch: c.Branch, Build: c.Build, HeldAt: d.now})
+	}
+	if len(records) > MaxLineRecords {
+		slices.SortStableFunc(records, func(a, b LineRecord) int { return b.HeldAt.Compare(a.HeldAt) })
+		records = records[:MaxLineRecords]
+	}
+	slices.SortFunc(records, func(a, b LineRecord) int {
+		if c := strings.Compare(a.Repo, b.Repo); c != 0 {
+			return c
+		}
+		if c := strings.Compare(a.Branch, b.Branch); c != 0 {
+			return c
+		}
+		return a.HeldAt.Compare(b.HeldAt)
+	})
+	if len(records) == 0 {
+		return nil
+	}
+	return records
+}
+
+// describeHold fills in the holder's token, end and warning under grant,
 // and returns the next instant at which time alone ends or warns its hold
 // (zero if none).
 func (d *decider) describeHold(h int, grant Grant) (nextLook time.Time) {
 	c, v := d.claims[h], &d.verdicts[h]
 	v.FencingToken = grant.Token
-	if c.Pod == NoPod {
-		v.ExpiresAt = podlessExpiry(c, grant.AcquiredAt)
-		return v.ExpiresAt
+	deadline, _ := holdDeadline(c, grant.AcquiredAt, d.now, d.policy.MaxHold)
+	v.ExpiresAt = deadline
+	nextLook = deadline
+	if d.policy.MaxHold > 0 {
+		warnAt := grant.AcquiredAt.Add(d.policy.MaxHold * warnAtPercent / 100)
+		if d.now.Before(warnAt) {
+			nextLook = earliest(nextLook, warnAt)
+		} else {
+			v.Warning = d.maxHoldWarning(c, grant.AcquiredAt.Add(d.policy.MaxHold))
+		}
 	}
-	if d.policy.MaxHold <= 0 {
-		return time.Time{}
+	return nextLook
+}
+
+// earliest returns the earlier of two instants, ignoring zero ones.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
 	}
-	warnAt := grant.AcquiredAt.Add(d.policy.MaxHold * warnAtPercent / 100)
-	endAt := grant.AcquiredAt.Add(d.policy.MaxHold)
-	if d.now.Before(warnAt) {
-		return warnAt
-	}
-	v.Warning = d.maxHoldWarning(c, endAt)
-	return endAt
+	return a
 }
 
 // writeOrder returns the verdicts in the order the controller writes them:
-// claims that stop holding, then the others by name, then the claim that
-// becomes Held.
+// claims that stop holding; claims that stay in the running (so that a
+// build that takes over its line's place in the queue records it before the
+// build it replaces ends); claims that end; each group by name; and last
+// the claim that becomes Held.
 func (d *decider) writeOrder() []Verdict {
 	group := func(i int) int {
 		v := d.verdicts[i]
@@ -349,6 +605,8 @@ func (d *decider) writeOrder() []Verdict {
 		case v.Phase != Held && (v.From == Held || i == d.granted):
 			return 0
 		case v.Phase == Held && v.From != Held:
+			return 3
+		case v.Phase.IsTerminal():
 			return 2
 		}
 		return 1

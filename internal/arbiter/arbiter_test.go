@@ -284,13 +284,27 @@ func TestRules(t *testing.T) {
 			want:   map[string]string{"web-5": "Expired MaxHoldExceeded", "shop-42": "Held Acquired"},
 			holder: "shop-42", grantChanged: true, token: 8,
 		},
-		"a max hold does not bound a pod-less holder": {
-			claims: []Claim{podless(held(web5, 7), 2*time.Hour)},
+		"a max hold bounds a pod-less holder too, however it renews": {
+			claims: []Claim{renewedAt(podless(held(web5, 7), 2*time.Hour), 85), waiting(shop42)},
 			grant:  webHolds,
 			now:    at(90),
 			policy: Policy{MaxHold: time.Hour},
-			want:   map[string]string{"web-5": "Held Acquired"},
-			holder: "web-5", token: 7,
+			want:   map[string]string{"web-5": "Expired MaxHoldExceeded", "shop-42": "Held Acquired"},
+			holder: "shop-42", grantChanged: true, token: 8,
+		},
+		"a renewal in the future counts from now, not from the client's clock": {
+			claims: []Claim{renewing(podless(held(web5, 7), 10*time.Minute), 9999*24*60), waiting(shop42)},
+			grant:  webHolds,
+			now:    at(35),
+			want:   map[string]string{"web-5": "Held Acquired", "shop-42": "Waiting WaitingForHolder"},
+			holder: "web-5", waiting: "shop-42", token: 7,
+		},
+		"a renewal recorded at its observation ends the hold expiresAfter later": {
+			claims: []Claim{renewedAt(podless(held(web5, 7), 10*time.Minute), 35), waiting(shop42)},
+			grant:  webHolds,
+			now:    at(45),
+			want:   map[string]string{"web-5": "Expired Expired", "shop-42": "Held Acquired"},
+			holder: "shop-42", grantChanged: true, token: 8,
 		},
 		"the waiter acquires when the holder's BuildLock was deleted": {
 			claims: []Claim{waiting(shop42)},
@@ -477,11 +491,15 @@ func TestEmptyPhaseCountsAsPending(t *testing.T) {
 
 func TestHeldVerdictsCarryTokenAndExpiry(t *testing.T) {
 	c := podless(shop42, 10*time.Minute)
-	c.RenewTime = at(65) // renewed ahead of the grant: the later one counts
+	c.RenewTime = at(65) // a renewal stamped ahead of now counts from now
 	d := Decide(staging, []Claim{c}, Grant{Token: 4}, at(60), Policy{})
 	v := d.Verdicts[0]
-	if v.FencingToken != 5 || !v.ExpiresAt.Equal(at(75)) || !d.NextLook.Equal(at(75)) {
-		t.Errorf("got %s and next look %s, want token 5 expiring at %s", v, d.NextLook, at(75))
+	if v.FencingToken != 5 || !v.ExpiresAt.Equal(at(70)) || !d.NextLook.Equal(at(70)) || !v.RenewedAt.Equal(at(60)) {
+		t.Errorf("got %s and next look %s, renewed at %s; want token 5 expiring at %s", v, d.NextLook, v.RenewedAt, at(70))
+	}
+	c.RenewTime, c.RenewedAt = time.Time{}, at(65) // a renewal recorded later than the grant counts
+	if v := Decide(staging, []Claim{c}, Grant{Token: 4}, at(60), Policy{}).Verdicts[0]; !v.ExpiresAt.Equal(at(75)) {
+		t.Errorf("got %s, want expiry at %s", v, at(75))
 	}
 	if v := verdictOf(Decide(staging, []Claim{held(web5, 7), shop42}, webHolds, at(60), Policy{}), "shop-42"); v.FencingToken != 0 || !v.ExpiresAt.IsZero() {
 		t.Errorf("a waiting claim got %s", v)
@@ -618,12 +636,12 @@ func TestMessages(t *testing.T) {
 		},
 		"a hold past the max hold is told the limit": {
 			claims: []Claim{held(web5, 7)}, grant: webHolds, now: at(90), policy: Policy{MaxHold: time.Hour}, claim: "web-5",
-			want: "Build 5 of acme/web@main held staging for the operator's maximum hold of 1h0m0s; stop deploying.",
+			want: "Build 5 of acme/web@main held staging for its maximum hold, until 2026-03-02T10:30:00Z; stop deploying.",
 		},
 		"a hold near the max hold is warned": {
 			claims: []Claim{held(web5, 7)}, grant: webHolds, now: at(80), policy: Policy{MaxHold: time.Hour}, claim: "web-5",
-			want: "Holding staging with fencing token 7; deploy now and delete this BuildLock when done.",
-			warn: "Build 5 of acme/web@main has held staging for over 80 % of the operator's maximum hold of 1h0m0s; " +
+			want: "Holding staging with fencing token 7 until 2026-03-02T10:30:00Z, its maximum hold; deploy now and delete this BuildLock when done.",
+			warn: "Build 5 of acme/web@main has held staging for over 80 % of its maximum hold of 1h0m0s; " +
 				"the hold expires at 2026-03-02T10:30:00Z.",
 		},
 		"a terminal claim keeps its stored message": {
@@ -652,18 +670,18 @@ func TestDecisionString(t *testing.T) {
 		claim("dev-7", shopDev, 7, 1), claim("dev-6", shopDev, 6, 1), inPhase(shop41, Superseded),
 	}
 	d := Decide(staging, claims, webHolds, at(60), Policy{MaxHold: time.Hour})
-	want := `holder="shop-42" waiting="dev-7" grant={shop-42/uid-shop-42 token=8 since 2026-03-02T10:00:00Z} changed nextLook=2026-03-02T10:10:00Z
+	want := `holder="shop-42" waiting="dev-7" queued=1 grant={shop-42/uid-shop-42 token=8 since 2026-03-02T10:00:00Z lines=[acme/shop@main#42] ended=web-5:Released/PodGone} changed nextLook=2026-03-02T10:10:00Z
   web-5: Held -> Released PodGone
+  dev-7: Pending -> Waiting WaitingForHolder queuedAt=2026-03-02T10:00:00Z
   dev-6: Pending -> Superseded SupersededByNewerBuild by=dev-7
-  dev-7: Pending -> Waiting WaitingForHolder
   shop-41: Superseded (unchanged)
   shop-42: Waiting -> Held Acquired token=8 expiresAt=2026-03-02T10:10:00Z`
 	if got := d.String(); got != want {
 		t.Errorf("got\n%s\nwant\n%s", got, want)
 	}
 	warned := Decide(staging, []Claim{held(web5, 7)}, webHolds, at(80), Policy{MaxHold: time.Hour})
-	if got, want := warned.String(), `holder="web-5" waiting="" grant={web-5/uid-web-5 token=7 since 2026-03-02T09:30:00Z} nextLook=2026-03-02T10:30:00Z
-  web-5: Held -> Held Acquired token=7 warning`; got != want {
+	if got, want := warned.String(), `holder="web-5" waiting="" queued=0 grant={web-5/uid-web-5 token=7 since 2026-03-02T09:30:00Z} nextLook=2026-03-02T10:30:00Z
+  web-5: Held -> Held Acquired token=7 expiresAt=2026-03-02T10:30:00Z warning`; got != want {
 		t.Errorf("got\n%s\nwant\n%s", got, want)
 	}
 	if got, want := (Grant{Token: 3}).String(), "free token=3"; got != want {

@@ -3,12 +3,32 @@ package arbiter
 import (
 	"cmp"
 	"strings"
+	"time"
 )
 
+// OrderTime is the instant that orders claim c against claims of other lines
+// with NewestWins: its Timestamp (when its build started), else its creation
+// time, and never later than Created + MaxTimestampSkew. A build cannot start
+// after its claim is created, so a later Timestamp is a client's clock
+// running ahead; capping it means a claim stamped far in the future ranks as
+// if created a little later, and wins nothing against claims created after
+// that.
+func OrderTime(c Claim) time.Time {
+	latest := c.Created.Add(MaxTimestampSkew)
+	if c.Timestamp.IsZero() {
+		return c.Created
+	}
+	if c.Timestamp.After(latest) {
+		return latest
+	}
+	return c.Timestamp
+}
+
 // Newer reports whether claim a ranks before claim b for the lock's waiting
-// slot (rule 4): whether a is the newer build. The criteria, in order:
+// slot with NewestWins (rule 5): whether a is the newer build. The criteria,
+// in order:
 //
-//  1. the later OrderTime is newer;
+//  1. the later [OrderTime] is newer;
 //  2. on equal OrderTime, the claim already in the slot (phase Waiting) is
 //     newer, so that a tie never displaces the claim that waits;
 //  3. then the smaller Name, then the smaller UID, a deterministic tie-break.
@@ -23,7 +43,7 @@ func Newer(a, b Claim) bool {
 // compareNewer is Newer as a comparison for slices.SortFunc: negative when a
 // is newer than b.
 func compareNewer(a, b Claim) int {
-	if c := b.OrderTime.Compare(a.OrderTime); c != 0 {
+	if c := OrderTime(b).Compare(OrderTime(a)); c != 0 {
 		return c
 	}
 	if c := compareFirst(a.Phase == Waiting, b.Phase == Waiting); c != 0 {
@@ -32,7 +52,20 @@ func compareNewer(a, b Claim) int {
 	return compareIdentity(a, b)
 }
 
-// compareInLine ranks claims of one line (rule 3): the higher Build first;
+// compareArrival orders claims that join the queue in the same decision
+// (Queue and Fifo): the earlier OrderTime first (the build that started
+// first), then the earlier Created, then by identity.
+func compareArrival(a, b Claim) int {
+	if c := OrderTime(a).Compare(OrderTime(b)); c != 0 {
+		return c
+	}
+	if c := a.Created.Compare(b.Created); c != 0 {
+		return c
+	}
+	return compareIdentity(a, b)
+}
+
+// compareInLine ranks claims of one line (rule 4): the higher Build first;
 // among equal builds the one that was there first keeps its place: the claim
 // already Waiting, then the earlier Created, then the smaller Name and UID.
 func compareInLine(a, b Claim) int {

@@ -7,12 +7,13 @@ import (
 )
 
 // Apply returns claims as they are once the decision is written: every claim
-// with a verdict takes the verdict's phase, and the holder the grant's
-// fencing token. Claims are matched by Name and UID; a claim the decision
-// does not know is returned as it is. Apply does not modify claims.
+// with a verdict takes the verdict's phase, the holder the grant's fencing
+// token, a waiting claim its place in the queue, and a renewal is recorded.
+// Claims are matched by Name and UID; a claim the decision does not know is
+// returned as it is. Apply does not modify claims.
 //
 // With Decision.Grant as the new grant, the result decides again to the same
-// holder, waiting claim and phases (rule 9).
+// holder, waiting claims and phases (rule 10).
 func (d Decision) Apply(claims []Claim) []Claim {
 	type identity struct{ name, uid string }
 	byIdentity := make(map[identity]Verdict, len(d.Verdicts))
@@ -21,10 +22,17 @@ func (d Decision) Apply(claims []Claim) []Claim {
 	}
 	out := make([]Claim, len(claims))
 	for i, c := range claims {
-		if v, ok := byIdentity[identity{c.Name, c.UID}]; ok {
+		if v, ok := byIdentity[identity{c.Name, c.UID}]; ok && v.Reason != "" {
 			c.Phase = v.Phase
-			if v.Phase == Held {
+			switch v.Phase {
+			case Held:
 				c.FencingToken = v.FencingToken
+				c.QueuedAt = time.Time{}
+			case Waiting:
+				c.QueuedAt = v.QueuedAt
+			}
+			if !v.Phase.IsTerminal() {
+				c.RenewedAt, c.RenewTime = v.RenewedAt, time.Time{}
 			}
 		}
 		out[i] = c
@@ -37,7 +45,7 @@ func (d Decision) Apply(claims []Claim) []Claim {
 // order. The text depends only on the decision, for comparing in tests.
 func (d Decision) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "holder=%q waiting=%q grant={%s}", d.Holder, d.Waiting, d.Grant)
+	fmt.Fprintf(&b, "holder=%q waiting=%q queued=%d grant={%s}", d.Holder, d.Waiting, d.Queued, d.Grant)
 	if d.GrantChanged {
 		b.WriteString(" changed")
 	}
@@ -69,6 +77,9 @@ func (v Verdict) String() string {
 	if !v.ExpiresAt.IsZero() {
 		fmt.Fprintf(&b, " expiresAt=%s", precise(v.ExpiresAt))
 	}
+	if !v.QueuedAt.IsZero() {
+		fmt.Fprintf(&b, " queuedAt=%s", precise(v.QueuedAt))
+	}
 	if v.Warning != "" {
 		b.WriteString(" warning")
 	}
@@ -76,12 +87,29 @@ func (v Verdict) String() string {
 }
 
 // String summarizes a grant: "free token=7", or
-// "shop-43/uid-43 token=8 since 2026-01-02T10:00:00Z".
+// "shop-43/uid-43 token=8 since 2026-01-02T10:00:00Z", followed by the
+// remembered lines ("lines=[acme/shop@main#43 ...]") and the last ending.
 func (g Grant) String() string {
+	var b strings.Builder
 	if g.Holder == "" {
-		return fmt.Sprintf("free token=%d", g.Token)
+		fmt.Fprintf(&b, "free token=%d", g.Token)
+	} else {
+		fmt.Fprintf(&b, "%s/%s token=%d since %s", g.Holder, g.HolderUID, g.Token, precise(g.AcquiredAt))
 	}
-	return fmt.Sprintf("%s/%s token=%d since %s", g.Holder, g.HolderUID, g.Token, precise(g.AcquiredAt))
+	if len(g.Lines) > 0 {
+		b.WriteString(" lines=[")
+		for k, r := range g.Lines {
+			if k > 0 {
+				b.WriteByte(' ')
+			}
+			fmt.Fprintf(&b, "%s@%s#%d", r.Repo, r.Branch, r.Build)
+		}
+		b.WriteByte(']')
+	}
+	if g.Ended.Name != "" {
+		fmt.Fprintf(&b, " ended=%s:%s/%s", g.Ended.Name, g.Ended.Phase, g.Ended.Reason)
+	}
+	return b.String()
 }
 
 // precise formats an instant to the nanosecond, so that printed decisions

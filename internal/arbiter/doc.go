@@ -2,10 +2,11 @@
 // what every claim's state must be.
 //
 // [Decide] is a pure function of the lock's claims, what is known of their
-// pods, the grant record, the instant now and the operator's [Policy]. It
-// reads no clock, keeps no state, logs nothing and starts nothing: it returns
-// a [Decision], a value the controller applies (grant first, then statuses, in
-// the order of Decision.Verdicts).
+// pods, the grant record, the instant now and the lock's [Policy] (its
+// ordering and maximum hold). It reads no clock, keeps no state, logs
+// nothing and starts nothing: it returns a [Decision], a value the
+// controller applies (grant first, then statuses, in the order of
+// Decision.Verdicts).
 //
 // # Phases
 //
@@ -18,77 +19,119 @@
 //
 // Superseded, Released and Expired are terminal.
 //
+// # Orderings
+//
+// The ordering (Policy.Ordering) only decides who waits and who goes next;
+// rules 1–3 and 6–10 hold in every ordering.
+//
+//   - NewestWins (the default, also for ""): one waiting slot for the whole
+//     lock. Within a line (Repo+Branch) only the newest build stays in the
+//     running; across lines the newest build by [OrderTime] takes the slot
+//     and every other gives up. Right for a GitOps environment repository,
+//     where each build carries the whole desired state.
+//   - Queue: one place per line in a first-come queue. Within a line only
+//     the newest build stays, and it keeps its line's place; across lines
+//     nobody supersedes anybody, and lines take the lock in the order of
+//     their places. A line whose build holds joins at the back with its next
+//     build. So a line that joins with k lines ahead of it holds after at
+//     most k+1 hand-offs, however busy the other lines are.
+//   - Fifo: every build takes its turn in the order it joined, several
+//     builds of one line included.
+//
 // # Rules
 //
 // These rules are the product's contract.
 //
 //  1. One holder. At most one claim is Held, and it is the claim the grant
 //     names. A claim shown Held that the grant does not name (the grant moved
-//     on without its end being written) ends Released: with reason
-//     PodFinished or PodGone when its pod says so, else LockLost.
+//     on without its end being written) ends as the grant record's Ended
+//     says when it names the claim; else Released with reason PodFinished or
+//     PodGone when its pod says so, else LockLost.
 //  2. No pre-emption. The holder is the non-terminal claim whose Name and UID
 //     are the grant's Holder and HolderUID. It keeps the lock until its pod
-//     finished (Released, reason PodFinished) or is gone (Released, PodGone);
-//     or, with no pod, until now ≥ max(grant.AcquiredAt, RenewTime) +
-//     ExpiresAfter (Expired, Expired); or, with a pod, while Policy.MaxHold > 0,
-//     until now ≥ grant.AcquiredAt + MaxHold (Expired, MaxHoldExceeded). From
-//     80 % of MaxHold on, a pod-backed holder's verdict carries a Warning. A
-//     grant that names no such claim (deleted, or recreated with another UID)
-//     has no holder: the lock is free for this decision. Newer builds never
-//     take the lock from a live holder.
-//  3. Same line, newer build wins. A line is Repo+Branch. The Pending and
-//     Waiting claims left by rules 1, 2 and 6 are candidates. A candidate of
-//     the live holder's line with a lower Build is Superseded
-//     (SupersededByNewerBuild), with the same Build Superseded
-//     (DuplicateBuild), both by the holder. Among the candidates of one line
-//     only the highest Build survives; lower builds are Superseded
+//     finished (Released, reason PodFinished) or is gone (Released, PodGone),
+//     a person force-released it (Released, ForceReleased), or time ends it:
+//     with no pod, at max(grant.AcquiredAt, renewal) + ExpiresAfter
+//     (Expired, Expired); with or without a pod, while Policy.MaxHold > 0,
+//     at grant.AcquiredAt + MaxHold (Expired, MaxHoldExceeded), whichever
+//     comes first. A renewal counts from when the operator observed it:
+//     RenewedAt, or min(RenewTime, now) for a renewal not recorded yet — a
+//     client's clock in the future extends nothing. From 80 % of MaxHold on,
+//     the holder's verdict carries a Warning. A grant that names no such
+//     claim (deleted, or recreated with another UID) has no holder: the lock
+//     is free for this decision. Newer builds never take the lock from a
+//     live holder.
+//  3. Never backwards. A line is Repo+Branch. A Pending or Waiting claim
+//     left by rules 1, 2 and 7 whose build is at or below the live holder's
+//     build of its line is Superseded by the holder (DuplicateBuild for the
+//     same number, else SupersededByNewerBuild); likewise, with no claim
+//     named, when it is at or below a build of its line that the grant
+//     record remembers holding (Grant.Lines: the highest build of each line
+//     granted within Policy.LineMemory, for at most MaxLineRecords lines).
+//     The others are candidates.
+//  4. Newest of a line. With NewestWins and Queue, among the candidates of
+//     one line only the highest Build survives; lower builds are Superseded
 //     (SupersededByNewerBuild) by the survivor. Of equal builds the earliest
-//     keeps its place (the one already Waiting, then the earlier Created, then
-//     the smaller Name) and the others are Superseded (DuplicateBuild) by it.
-//  4. Different lines, newer build wins the slot. The survivors, at most one
-//     per line, are ranked by [Newer]. With a live holder, the first takes the
+//     keeps its place (the one already Waiting, then the earlier Created,
+//     then the smaller Name) and the others are Superseded (DuplicateBuild)
+//     by it. With Queue the survivor takes the earliest place that a claim
+//     of its line had. With Fifo, candidates are taken in the order of their
+//     places, and one at or below a build of its line ahead of it is
+//     Superseded by that build (DuplicateBuild or SupersededByNewerBuild).
+//  5. Ranking. NewestWins ranks the survivors by [Newer]; Queue and Fifo by
+//     place (QueuedAt; a claim without one joins at now), and claims that
+//     join in the same decision by [OrderTime], then Created, then identity.
+//  6. Hand-off. Without a live holder (the lock was free, or its holder
+//     ended in this very decision) the first ranked survivor is granted the
+//     lock at once (Held, Acquired). With NewestWins the next takes the
 //     single waiting slot (Waiting, WaitingForHolder) and every other is
-//     Superseded (SupersededByNewerBuild) by it. The holder itself supersedes
-//     no claim of another line: those compete only for the slot.
-//  5. Hand-off. Without a live holder (the lock was free, or its holder ended
-//     in this very decision) the first survivor is granted the lock at once
-//     (Held, Acquired), the second takes the slot, and the rest are
-//     Superseded by the slot's claim. The first survivor is the claim that
-//     waited, unless a newer one arrived since it was last decided. The
-//     grant's fencing token is one above the highest known: the grant's and
-//     every input claim's, terminal ones included, so that a token is never
-//     reused even if the grant record was lost. A freed lock keeps that
-//     highest token as its floor.
-//  6. A waiter that dies leaves. A Pending or Waiting claim whose pod finished
+//     Superseded (SupersededByNewerBuild) by it; with Queue and Fifo all the
+//     others wait (Waiting, Queued) with their places. The grant's fencing
+//     token is one above the highest known: the grant's and every input
+//     claim's, terminal ones included, so that a token is never reused even
+//     if the grant record was lost. A freed lock keeps that highest token as
+//     its floor. The grant records the granted build in Lines, how the
+//     previous hold ended in Ended, and the new holder's Writer.
+//  7. A waiter that dies leaves. A Pending or Waiting claim whose pod finished
 //     or is gone becomes Released with reason PodFinished or PodGone.
 //     A claim that a person force-released (Claim.ForceRelease) leaves too,
 //     holder or waiter: Released, reason ForceReleased.
-//  7. Terminal is terminal. A Superseded, Released or Expired claim never
+//  8. Terminal is terminal. A Superseded, Released or Expired claim never
 //     changes: its verdict repeats its phase with an empty Reason, which means
-//     "unchanged, keep the stored reason and message". It takes part in
-//     nothing else. A hold that ends by its pod is Released, by time Expired.
-//  8. Unknown is not dead. A pod whose state could not be read (PodUnknown)
+//     "unchanged, keep the stored status". It takes part in nothing else.
+//  9. Unknown is not dead. A pod whose state could not be read (PodUnknown)
 //     counts as alive everywhere; only a positive observation (finished, or
 //     gone) releases a claim.
-//  9. Stable. The decision does not depend on the order of the claims, and it
+//  10. Stable. The decision does not depend on the order of the claims, and it
 //     is a fixed point: applying it ([Decision.Apply], and Decision.Grant as
 //     the grant) and deciding again at the same instant changes no phase,
-//     leaves the grant as it is, and names the same holder and waiting claim.
+//     leaves the grant as it is, and names the same holder and waiting claims.
 //
-// Decide settles terminal claims (7), the holder (2), other claims shown
-// Held (1) and dead waiters (6) first; then lines (3), then the slot and the
-// hand-off (4, 5).
+// Decide settles terminal claims (8), the holder (2), other claims shown
+// Held (1) and waiters that leave (7) first; then builds that would deploy
+// backwards (3), then lines (4), then the ranking and the hand-off (5, 6).
 //
-// Waiting and Pending claims have no expiry of their own: ExpiresAfter bounds
-// a hold, and counts from the grant.
+// Waiting and Pending claims have no expiry of their own: ExpiresAfter and
+// MaxHold bound a hold, and count from the grant.
+//
+// # What a hand-off writes
+//
+// A queued claim's verdict names neither the holder nor the first waiting
+// claim (Verdict.Holder and Verdict.Waiting are empty), and its message names
+// only the claim directly ahead of it, which stays true when that claim is
+// granted. So a hand-off changes the verdicts of the old and the new holder
+// only, however long the queue: the writes of a hand-off do not grow with
+// it. A claim that leaves the queue changes at most the verdict of the claim
+// behind it.
 //
 // # Writing a decision
 //
 // When GrantChanged is set, the controller must compare-and-swap the grant
 // record before writing any status. Decision.Verdicts lists claims that stop
-// holding first, then the others by name, and the claim that becomes Held
-// last, so that no two claims are shown holding at any point of the writes.
-// NextLook is the earliest instant after now at which time alone would change
-// the decision: a pod-less holder's expiry, or a pod-backed holder's 80 % and
-// 100 % MaxHold points.
+// holding first, then claims that stay in the running, then claims that end,
+// and the claim that becomes Held last, so that no two claims are shown
+// holding at any point of the writes, and a build that takes over its
+// line's place records it before the build it replaces ends. NextLook is the
+// earliest instant after now at which time alone would change the decision:
+// a holder's expiry or maximum hold, or its 80 % warning point.
 package arbiter

@@ -8,6 +8,16 @@ import "testing"
 // lost grants worth starting from.
 func FuzzDecide(f *testing.F) {
 	f.Add([]byte{})
+	// Random inputs long enough to reach the orderings, the queue places,
+	// the renewals and the grant record's memory (choices made last).
+	r := seeded(7)
+	for range 8 {
+		data := make([]byte, 160)
+		for k := range data {
+			data[k] = byte(r.intn(256))
+		}
+		f.Add(data)
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		in := genInput(&byteChooser{data: data})
 		if err := checkInvariants(in, in.decide()); err != nil {

@@ -18,13 +18,13 @@ func at(minute int) time.Time { return t0.Add(time.Duration(minute) * time.Minut
 var staging = Lock{Namespace: "ci", Target: "staging"}
 
 // claim is a Pending claim on build n of lineSpec ("acme/shop@main") with a
-// live pod, ordered and created at minute.
+// live pod, stamped and created at minute.
 func claim(name, lineSpec string, n int64, minute int) Claim {
 	repo, branch, _ := strings.Cut(lineSpec, "@")
 	return Claim{
 		Name: name, UID: "uid-" + name,
 		Repo: repo, Branch: branch, Build: n,
-		OrderTime: at(minute), Created: at(minute),
+		Timestamp: at(minute), Created: at(minute),
 		Phase: Pending, Pod: PodAlive,
 	}
 }
@@ -40,7 +40,13 @@ func forceReleased(c Claim) Claim {
 	c.ForceRelease = "alice: stuck deploy"
 	return c
 }
-func created(c Claim, minute int) Claim { c.Created = at(minute); return c }
+func created(c Claim, minute int) Claim  { c.Created = at(minute); return c }
+func queuedAt(c Claim, minute int) Claim { c.Phase, c.QueuedAt = Waiting, at(minute); return c }
+
+// renewing gives c a renewal the operator has not recorded, stamped at
+// minute; renewedAt one it recorded at minute.
+func renewing(c Claim, minute int) Claim  { c.RenewTime = at(minute); return c }
+func renewedAt(c Claim, minute int) Claim { c.RenewedAt = at(minute); return c }
 func podless(c Claim, expiresAfter time.Duration) Claim {
 	c.Pod, c.ExpiresAfter = NoPod, expiresAfter
 	return c
@@ -118,6 +124,7 @@ var (
 	genPods      = []PodState{NoPod, PodAlive, PodFinished, PodGone, PodUnknown}
 	genExpiries  = []time.Duration{0, 10 * time.Second, 5 * time.Minute, time.Hour}
 	genMaxHolds  = []time.Duration{0, 30 * time.Minute, 2 * time.Hour}
+	genOrderings = []Ordering{NewestWins, Queue, Fifo, ""}
 	genMaxClaims = 16
 )
 
@@ -153,6 +160,32 @@ func genInput(ch chooser) input {
 	case n > 0:
 		in.grant.Holder, in.grant.HolderUID = in.claims[0].Name, "uid-of-an-older-object"
 	}
+	// Choices added later come last, so that the committed fuzz seeds keep
+	// decoding to the inputs they were written for (a fuzzer's byteChooser
+	// chooses 0 once its bytes run out: NewestWins, nothing recorded).
+	in.policy.Ordering = genOrderings[ch.intn(len(genOrderings))]
+	for k := range in.claims {
+		c := &in.claims[k]
+		if ch.intn(3) == 1 {
+			c.QueuedAt = at(ch.intn(11))
+		}
+		if ch.intn(4) == 1 {
+			c.RenewedAt, c.RenewTime = c.RenewTime, time.Time{}
+		}
+		if ch.intn(4) == 1 {
+			c.Timestamp = time.Time{}
+		}
+		c.Writer = []Writer{{}, {PodUID: "pod-" + c.Name}, {Username: "system:serviceaccount:ci:" + c.Name}}[ch.intn(3)]
+	}
+	for range ch.intn(4) {
+		repo, branch, _ := strings.Cut(genLines[ch.intn(len(genLines))], "@")
+		in.grant.Lines = append(in.grant.Lines, LineRecord{Repo: repo, Branch: branch,
+			Build: int64(1 + ch.intn(6)), HeldAt: at(ch.intn(121)).Add(-DefaultLineMemory * time.Duration(ch.intn(2)))})
+	}
+	if n > 0 && ch.intn(3) == 1 {
+		c := in.claims[ch.intn(n)]
+		in.grant.Ended = Ending{Name: c.Name, UID: c.UID, Phase: Expired, Reason: ReasonExpired, At: at(ch.intn(121))}
+	}
 	return in
 }
 
@@ -160,7 +193,7 @@ func genInput(ch chooser) input {
 // give.
 var validReasons = map[Phase][]string{
 	Held:       {ReasonAcquired},
-	Waiting:    {ReasonWaitingForHolder},
+	Waiting:    {ReasonWaitingForHolder, ReasonQueued},
 	Superseded: {ReasonSupersededByNewerBuild, ReasonDuplicateBuild},
 	Released:   {ReasonPodFinished, ReasonPodGone, ReasonLockLost, ReasonForceReleased},
 	Expired:    {ReasonExpired, ReasonMaxHoldExceeded},
@@ -179,25 +212,50 @@ func grantedClaim(claims []Claim, g Grant) int {
 // holdIsLive is rule 2 restated independently: does the granted claim keep
 // the lock at now?
 func holdIsLive(c Claim, g Grant, now time.Time, p Policy) bool {
-	if c.ForceRelease != "" {
+	if c.ForceRelease != "" || c.Pod == PodFinished || c.Pod == PodGone {
 		return false
 	}
-	switch c.Pod {
-	case PodFinished, PodGone:
+	if p.MaxHold > 0 && !now.Before(g.AcquiredAt.Add(p.MaxHold)) {
 		return false
-	case NoPod:
-		from := g.AcquiredAt
-		if c.RenewTime.After(from) {
-			from = c.RenewTime
-		}
-		expiresAfter := c.ExpiresAfter
-		if expiresAfter <= 0 {
-			expiresAfter = DefaultExpiresAfter
-		}
-		return now.Before(from.Add(expiresAfter))
 	}
-	return p.MaxHold <= 0 || now.Before(g.AcquiredAt.Add(p.MaxHold))
+	if c.Pod != NoPod {
+		return true
+	}
+	// A renewal counts from when it was seen, never from the future.
+	from := g.AcquiredAt
+	for _, r := range []time.Time{c.RenewedAt, c.RenewTime} {
+		if r.After(now) {
+			r = now
+		}
+		if r.After(from) {
+			from = r
+		}
+	}
+	expiresAfter := c.ExpiresAfter
+	if expiresAfter <= 0 {
+		expiresAfter = DefaultExpiresAfter
+	}
+	return now.Before(from.Add(expiresAfter))
 }
+
+// remembered returns the highest build of c's line that the grant record
+// still remembers holding at now (0 if none).
+func remembered(g Grant, c Claim, now time.Time, p Policy) int64 {
+	memory := p.LineMemory
+	if memory <= 0 {
+		memory = DefaultLineMemory
+	}
+	var build int64
+	for _, r := range g.Lines {
+		if r.Repo == c.Repo && r.Branch == c.Branch && now.Before(r.HeldAt.Add(memory)) {
+			build = max(build, r.Build)
+		}
+	}
+	return build
+}
+
+// queuing reports whether the policy queues every survivor (Queue, Fifo).
+func queuing(p Policy) bool { return p.Ordering == Queue || p.Ordering == Fifo }
 
 func normalized(p Phase) Phase {
 	if p == "" {
@@ -208,8 +266,9 @@ func normalized(p Phase) Phase {
 
 // checkInvariants returns what, if anything, d breaks of the package's rules
 // for input in. It checks every property that holds for any input, however
-// inconsistent: one holder, terminal is terminal, no pre-emption, tokens,
-// write order, permutation invariance and the fixed point.
+// inconsistent: one holder, terminal is terminal, no pre-emption, never
+// backwards, tokens, the grant record, write order, permutation invariance
+// and the fixed point.
 func checkInvariants(in input, d Decision) error {
 	var errs []error
 	fail := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
@@ -235,7 +294,7 @@ func checkInvariants(in input, d Decision) error {
 			fail("%s: From=%s for phase %q", c.Name, v.From, c.Phase)
 		}
 		if c.Phase.IsTerminal() {
-			// Rule 1: terminal is terminal.
+			// Rule 8: terminal is terminal.
 			if v.Phase != c.Phase || v.Reason != "" || v.Message != "" || v.SupersededBy != "" {
 				fail("%s: terminal claim changed: %s", c.Name, v)
 			}
@@ -247,7 +306,7 @@ func checkInvariants(in input, d Decision) error {
 		if v.Message == "" {
 			fail("%s: no message", c.Name)
 		}
-		if (v.Phase == Superseded) != (v.SupersededBy != "") {
+		if v.SupersededBy != "" && v.Phase != Superseded {
 			fail("%s: SupersededBy %q on %s", c.Name, v.SupersededBy, v.Phase)
 		}
 		// Legal transitions (the grant's own claim may be Held in all but its
@@ -258,6 +317,17 @@ func checkInvariants(in input, d Decision) error {
 		if v.From == Held && v.Phase != Held && v.Phase != Released && v.Phase != Expired {
 			fail("%s: Held -> %s", c.Name, v.Phase)
 		}
+		// Queue and Fifo claims name the claim ahead, never the holder.
+		queued := v.Reason == ReasonQueued
+		if queued != (v.Phase == Waiting && queuing(in.policy)) {
+			fail("%s: reason %s under ordering %q", c.Name, v.Reason, in.policy.Ordering)
+		}
+		if queued && (v.Holder != "" || v.Waiting != "") {
+			fail("%s: queued, but names holder %q and waiting %q", c.Name, v.Holder, v.Waiting)
+		}
+		if !queued && (v.Holder != d.Holder || v.Waiting != d.Waiting) {
+			fail("%s: names holder %q and waiting %q, decision %q and %q", c.Name, v.Holder, v.Waiting, d.Holder, d.Waiting)
+		}
 		switch v.Phase {
 		case Held:
 			heldNames = append(heldNames, c.Name)
@@ -266,17 +336,25 @@ func checkInvariants(in input, d Decision) error {
 			}
 		case Waiting:
 			waitingNames = append(waitingNames, c.Name)
+			if v.QueuedAt.IsZero() || (!c.QueuedAt.IsZero() && !v.QueuedAt.Equal(c.QueuedAt)) {
+				fail("%s: waits with place %s, had %s", c.Name, v.QueuedAt, c.QueuedAt)
+			}
 		}
 	}
-	// Rule "one holder": at most one Held and one Waiting, as named.
-	if len(heldNames) > 1 || len(waitingNames) > 1 {
+	// Rule "one holder": at most one Held; with NewestWins one Waiting.
+	if len(heldNames) > 1 || (!queuing(in.policy) && len(waitingNames) > 1) {
 		fail("held %v, waiting %v", heldNames, waitingNames)
 	}
 	if want := strings.Join(heldNames, ""); d.Holder != want || d.Grant.Holder != want {
 		fail("Holder=%q Grant.Holder=%q, Held verdicts %v", d.Holder, d.Grant.Holder, heldNames)
 	}
-	if want := strings.Join(waitingNames, ""); d.Waiting != want {
-		fail("Waiting=%q, Waiting verdicts %v", d.Waiting, waitingNames)
+	if d.Queued != len(waitingNames) || (len(waitingNames) == 0) != (d.Waiting == "") {
+		fail("Waiting=%q Queued=%d, Waiting verdicts %v", d.Waiting, d.Queued, waitingNames)
+	}
+	for _, name := range waitingNames {
+		if first := byName[d.Waiting]; byName[name].QueuedAt.Before(first.QueuedAt) {
+			fail("%s waits ahead of the first, %s", name, d.Waiting)
+		}
 	}
 	// A free lock is granted at once: nobody waits or pends without a holder.
 	if d.Holder == "" {
@@ -288,35 +366,47 @@ func checkInvariants(in input, d Decision) error {
 	}
 	// No pre-emption: a live holder stays, and so does its grant.
 	if granted >= 0 && holdIsLive(in.claims[granted], in.grant, in.now, in.policy) {
-		if d.Holder != in.claims[granted].Name || d.GrantChanged || d.Grant != in.grant {
+		if d.Holder != in.claims[granted].Name || d.GrantChanged || !d.Grant.Equal(in.grant) {
 			fail("live holder %s pre-empted: %v", in.claims[granted].Name, d)
 		}
 	}
-	// Grant and tokens.
+	// Grant, tokens and the grant record's memory.
 	switch {
 	case !d.GrantChanged:
-		if d.Grant != in.grant {
+		if !d.Grant.Equal(in.grant) {
 			fail("grant %s changed without GrantChanged (was %s)", d.Grant, in.grant)
 		}
 	case d.Holder != "":
 		if d.Grant.Token != maxToken+1 || !d.Grant.AcquiredAt.Equal(in.now) || d.Grant.Holder == in.grant.Holder && d.Grant.HolderUID == in.grant.HolderUID {
 			fail("new grant %s after %s (highest token %d)", d.Grant, in.grant, maxToken)
 		}
+		h := in.claims[slices.IndexFunc(in.claims, func(c Claim) bool { return c.Name == d.Holder })]
+		if remembered(d.Grant, h, in.now, in.policy) != h.Build {
+			fail("granted build %d of %s@%s, the grant remembers %v", h.Build, h.Repo, h.Branch, d.Grant.Lines)
+		}
+		if d.Grant.Writer != h.Writer {
+			fail("granted %s, whose writer is %+v, but recorded writer %+v", h.Name, h.Writer, d.Grant.Writer)
+		}
 	default:
-		if d.Grant != (Grant{Token: maxToken}) || in.grant.Holder == "" {
+		if d.Grant.Holder != "" || d.Grant.Token != maxToken || in.grant.Holder == "" || d.Grant.Writer != (Writer{}) {
 			fail("freed grant %s after %s (highest token %d)", d.Grant, in.grant, maxToken)
 		}
+	}
+	if len(d.Grant.Lines) > MaxLineRecords {
+		fail("grant remembers %d lines", len(d.Grant.Lines))
 	}
 	if !d.NextLook.IsZero() && !d.NextLook.After(in.now) {
 		fail("NextLook %s not after now %s", d.NextLook, in.now)
 	}
-	// Write order: stop holding, others by name, newly Held last.
+	// Write order: stop holding, stay in the running, end, newly Held last.
 	group := func(v Verdict) int {
 		isGranted := granted >= 0 && v.Name == in.claims[granted].Name
 		switch {
 		case v.Phase != Held && (v.From == Held || isGranted):
 			return 0
 		case v.Phase == Held && v.From != Held:
+			return 3
+		case v.Phase.IsTerminal():
 			return 2
 		}
 		return 1
@@ -329,33 +419,7 @@ func checkInvariants(in input, d Decision) error {
 	}) {
 		fail("verdicts out of writing order:\n%s", d)
 	}
-	// Only the holder and the waiting claim stay in the running, and every
-	// claim superseded now was superseded by a newer one (rules 5 and 6).
-	inputs := map[string]Claim{}
-	for _, c := range in.claims {
-		c.Phase = normalized(c.Phase)
-		inputs[c.Name] = c
-	}
-	for _, v := range d.Verdicts {
-		if !v.Phase.IsTerminal() && v.Name != d.Holder && v.Name != d.Waiting {
-			fail("%s: still %s", v.Name, v.Phase)
-		}
-		if v.Phase != Superseded || v.From.IsTerminal() {
-			continue
-		}
-		c, by := inputs[v.Name], inputs[v.SupersededBy]
-		switch {
-		case lineOf(c) == lineOf(by):
-			if by.Build < c.Build || (by.Build == c.Build) != (v.Reason == ReasonDuplicateBuild) {
-				fail("%s: build %d superseded by build %d (%s)", c.Name, c.Build, by.Build, v.Reason)
-			}
-		case by.Name != d.Waiting || !Newer(by, c) || v.Reason != ReasonSupersededByNewerBuild:
-			fail("%s: superseded by %s of another line, which is not the newer waiting claim", c.Name, by.Name)
-		}
-	}
-	if d.GrantChanged && d.Holder != "" && d.Waiting != "" && !Newer(inputs[d.Holder], inputs[d.Waiting]) {
-		fail("granted %s although %s is newer", d.Holder, d.Waiting)
-	}
+	checkSupersessions(in, d, fail)
 	// Permutation invariance.
 	for _, perm := range permutations(in.claims) {
 		if other := Decide(staging, perm, in.grant, in.now, in.policy); !reflect.DeepEqual(other, d) {
@@ -365,15 +429,86 @@ func checkInvariants(in input, d Decision) error {
 	}
 	// Fixed point.
 	again := Decide(staging, d.Apply(in.claims), d.Grant, in.now, in.policy)
-	if again.GrantChanged || again.Holder != d.Holder || again.Waiting != d.Waiting {
+	if again.GrantChanged || again.Holder != d.Holder || again.Waiting != d.Waiting || again.Queued != d.Queued {
 		fail("not a fixed point:\n%s\nthen\n%s", d, again)
 	}
-	for _, v := range again.Verdicts {
+	for k, v := range again.Verdicts {
 		if v.Phase != v.From {
 			fail("not a fixed point: %s", v)
 		}
+		if !v.Phase.IsTerminal() && v.Message != byName[v.Name].Message {
+			fail("not a fixed point: %s: message %q, then %q", v.Name, byName[v.Name].Message, again.Verdicts[k].Message)
+		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkSupersessions checks that every claim superseded now was superseded
+// by a build of its line at or above its own (or remembered by the grant
+// record), or, with NewestWins only, by the newer waiting claim; and that no
+// build is granted or queued behind a build of its line at or above it.
+func checkSupersessions(in input, d Decision, fail func(string, ...any)) {
+	inputs := map[string]Claim{}
+	for _, c := range in.claims {
+		c.Phase = normalized(c.Phase)
+		inputs[c.Name] = c
+	}
+	for _, v := range d.Verdicts {
+		if v.Phase != Superseded || v.From.IsTerminal() {
+			continue
+		}
+		c, by := inputs[v.Name], inputs[v.SupersededBy]
+		switch {
+		case v.SupersededBy == "":
+			if r := remembered(in.grant, c, in.now, in.policy); r < c.Build || (r == c.Build) != (v.Reason == ReasonDuplicateBuild) {
+				fail("%s: build %d superseded by the grant record, which remembers build %d (%s)", c.Name, c.Build, r, v.Reason)
+			}
+		case lineOf(c) == lineOf(by):
+			if by.Build < c.Build || (by.Build == c.Build) != (v.Reason == ReasonDuplicateBuild) {
+				fail("%s: build %d superseded by build %d (%s)", c.Name, c.Build, by.Build, v.Reason)
+			}
+		case queuing(in.policy):
+			fail("%s: superseded by %s of another line under %s", c.Name, by.Name, in.policy.Ordering)
+		case by.Name != d.Waiting || !Newer(by, c) || v.Reason != ReasonSupersededByNewerBuild:
+			fail("%s: superseded by %s of another line, which is not the newer waiting claim", c.Name, by.Name)
+		}
+	}
+	if !queuing(in.policy) && d.GrantChanged && d.Holder != "" && d.Waiting != "" && !Newer(inputs[d.Holder], inputs[d.Waiting]) {
+		fail("granted %s although %s is newer", d.Holder, d.Waiting)
+	}
+	// Never backwards: the holder and the waiting claims of each line, in
+	// the order they go, have strictly increasing builds above every build of
+	// the line the grant record remembers.
+	var goes []Verdict
+	for _, v := range d.Verdicts {
+		if v.Phase == Held || v.Phase == Waiting {
+			goes = append(goes, v)
+		}
+	}
+	slices.SortFunc(goes, func(a, b Verdict) int {
+		if g := compareFirst(a.Phase == Held, b.Phase == Held); g != 0 {
+			return g
+		}
+		if q := a.QueuedAt.Compare(b.QueuedAt); q != 0 {
+			return q
+		}
+		return strings.Compare(a.Name, b.Name) // places tie only in inconsistent inputs
+	})
+	last := map[line]int64{}
+	for _, v := range goes {
+		c := inputs[v.Name]
+		if v.Phase == Held && !d.GrantChanged {
+			last[lineOf(c)] = c.Build
+			continue
+		}
+		if b, ok := last[lineOf(c)]; ok && b >= c.Build {
+			fail("%s: build %d goes after build %d of its line", c.Name, c.Build, b)
+		}
+		if r := remembered(in.grant, c, in.now, in.policy); r >= c.Build {
+			fail("%s: build %d goes although build %d of its line held", c.Name, c.Build, r)
+		}
+		last[lineOf(c)] = c.Build
+	}
 }
 
 // permutations returns a few reorderings of claims: reversed and rotated.

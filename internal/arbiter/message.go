@@ -2,76 +2,154 @@ package arbiter
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // message is the sentence a pipeline author reads on claim i after the
 // decision: what happened, naming the builds involved, and what to do. It
 // depends only on the decision's inputs, never on how much time passed, so
-// that an unchanged claim gets an unchanged message (and no status write).
+// that an unchanged claim gets an unchanged message (and no status write);
+// and a queued claim's message names only the claim directly ahead of it,
+// which stays true through hand-offs.
 func (d *decider) message(i int, grant Grant) string {
 	c, v, target := d.claims[i], d.verdicts[i], d.lock.Target
 	switch v.Reason {
 	case ReasonAcquired:
-		if c.Pod == NoPod {
-			return fmt.Sprintf("Holding %s with fencing token %d until %s unless spec.renewTime is bumped; "+
-				"deploy now and delete this BuildLock when done.", target, grant.Token, stamp(v.ExpiresAt))
-		}
-		return fmt.Sprintf("Holding %s with fencing token %d; deploy now and delete this BuildLock when done.",
-			target, grant.Token)
+		return d.heldMessage(c, v, grant)
 	case ReasonWaitingForHolder:
 		return fmt.Sprintf("Waiting for %s to release %s.", build(d.claims[d.holder()]), target)
-	case ReasonSupersededByNewerBuild:
-		by := d.supersededBy[i]
-		what := ""
-		switch d.verdicts[by].Phase {
-		case Held:
-			what = " and holds " + target
-		case Waiting:
-			what = " and waits for " + target
+	case ReasonQueued:
+		ahead := d.ahead[i]
+		if ahead == none {
+			ahead = d.holder()
 		}
-		return fmt.Sprintf("%s is newer%s; this build will not deploy.", capitalized(build(d.claims[by])), what)
-	case ReasonDuplicateBuild:
-		return fmt.Sprintf("%s is already claimed by BuildLock %s; this duplicate will not deploy.",
-			capitalized(build(c)), v.SupersededBy)
+		return fmt.Sprintf("Queued for %s behind %s.", target, build(d.claims[ahead]))
+	case ReasonSupersededByNewerBuild, ReasonDuplicateBuild:
+		return d.supersededMessage(i)
 	case ReasonPodFinished, ReasonPodGone:
 		what := "finished"
 		if v.Reason == ReasonPodGone {
 			what = "is gone"
 		}
-		if v.From == Held || i == d.granted {
+		if d.wasHolding(i) {
 			return fmt.Sprintf("The pod of %s %s; its hold on %s is released.", build(c), what, target)
 		}
 		return fmt.Sprintf("The pod of %s %s; it leaves the queue for %s.", build(c), what, target)
 	case ReasonForceReleased:
 		what := "it leaves the queue for " + target
-		if v.From == Held || i == d.granted {
+		if d.wasHolding(i) {
 			what = "its hold on " + target + " ends; stop deploying"
 		}
-		return fmt.Sprintf("%s was force-released (%s); %s.", capitalized(build(c)), c.ForceRelease, what)
+		return fmt.Sprintf("%s was force-released (%s); %s.", capitalized(build(c)), quote(c.ForceRelease), what)
 	case ReasonLockLost:
 		return fmt.Sprintf("The grant record of %s no longer names %s; stop deploying, and create a new "+
 			"BuildLock to claim %s again.", target, build(c), target)
 	case ReasonExpired:
 		return fmt.Sprintf("%s was not renewed in time: its hold on %s expired at %s; stop deploying.",
-			capitalized(build(c)), target, stamp(podlessExpiry(c, d.grant.AcquiredAt)))
+			capitalized(build(c)), target, stamp(d.endedAt(i)))
 	case ReasonMaxHoldExceeded:
-		return fmt.Sprintf("%s held %s for the operator's maximum hold of %s; stop deploying.",
-			capitalized(build(c)), target, d.policy.MaxHold)
+		return fmt.Sprintf("%s held %s for its maximum hold, until %s; stop deploying.",
+			capitalized(build(c)), target, stamp(d.endedAt(i)))
 	}
-	return "" // Rule 7: a terminal claim keeps its stored message.
+	return "" // Rule 8: a terminal claim keeps its stored message.
 }
 
-// maxHoldWarning is the Warning on a pod-backed hold past 80 % of MaxHold.
+// heldMessage tells the holder to deploy, and until when it may.
+func (d *decider) heldMessage(c Claim, v Verdict, grant Grant) string {
+	_, reason := holdDeadline(c, grant.AcquiredAt, d.now, d.policy.MaxHold)
+	switch {
+	case v.ExpiresAt.IsZero():
+		return fmt.Sprintf("Holding %s with fencing token %d; deploy now and delete this BuildLock when done.",
+			d.lock.Target, grant.Token)
+	case reason == ReasonExpired:
+		return fmt.Sprintf("Holding %s with fencing token %d until %s unless spec.renewTime is bumped; "+
+			"deploy now and delete this BuildLock when done.", d.lock.Target, grant.Token, stamp(v.ExpiresAt))
+	}
+	return fmt.Sprintf("Holding %s with fencing token %d until %s, its maximum hold; "+
+		"deploy now and delete this BuildLock when done.", d.lock.Target, grant.Token, stamp(v.ExpiresAt))
+}
+
+// supersededMessage says which build made claim i obsolete.
+func (d *decider) supersededMessage(i int) string {
+	c, v, target := d.claims[i], d.verdicts[i], d.lock.Target
+	if r := d.byMemory[i]; r != nil {
+		held := capitalized(build(Claim{Repo: r.Repo, Branch: r.Branch, Build: r.Build}))
+		if v.Reason == ReasonDuplicateBuild {
+			return fmt.Sprintf("%s already held %s at %s; this claim of the same build will not deploy "+
+				"(a build deploys once: give a re-run a new build number).", held, target, stamp(r.HeldAt))
+		}
+		return fmt.Sprintf("%s held %s at %s; this older build will not deploy (a line never deploys backwards).",
+			held, target, stamp(r.HeldAt))
+	}
+	if v.Reason == ReasonDuplicateBuild {
+		return fmt.Sprintf("%s is already claimed by BuildLock %s; this duplicate will not deploy.",
+			capitalized(build(c)), v.SupersededBy)
+	}
+	by := d.supersededBy[i]
+	what := ""
+	switch d.verdicts[by].Phase {
+	case Held:
+		what = " and holds " + target
+	case Waiting:
+		what = " and waits for " + target
+	}
+	return fmt.Sprintf("%s is newer%s; this build will not deploy.", capitalized(build(d.claims[by])), what)
+}
+
+// wasHolding reports whether claim i held (in its status, or in the grant)
+// before this decision ended it.
+func (d *decider) wasHolding(i int) bool {
+	return d.verdicts[i].From == Held || i == d.granted
+}
+
+// endedAt is when claim i's hold ended by time: the recorded ending for a
+// claim whose end the grant record kept, else its deadline under the input
+// grant.
+func (d *decider) endedAt(i int) time.Time {
+	if d.endedByRecord[i] {
+		return d.grant.Ended.At
+	}
+	deadline, _ := holdDeadline(d.claims[i], d.grant.AcquiredAt, d.now, d.policy.MaxHold)
+	return deadline
+}
+
+// maxHoldWarning is the Warning on a hold past 80 % of its maximum hold.
 func (d *decider) maxHoldWarning(c Claim, endAt time.Time) string {
-	return fmt.Sprintf("%s has held %s for over %d %% of the operator's maximum hold of %s; "+
+	return fmt.Sprintf("%s has held %s for over %d %% of its maximum hold of %s; "+
 		"the hold expires at %s.", capitalized(build(c)), d.lock.Target, warnAtPercent, d.policy.MaxHold, stamp(endAt))
 }
 
-// build names a claim's build for messages: "build 43 of acme/shop@main".
+// build names a claim's build for messages: "build 43 of acme/shop@main". A
+// branch with characters that are not printable (the API refuses them now,
+// but older objects may have them) is quoted and escaped.
 func build(c Claim) string {
-	return fmt.Sprintf("build %d of %s@%s", c.Build, c.Repo, c.Branch)
+	return fmt.Sprintf("build %d of %s@%s", c.Build, c.Repo, printable(c.Branch))
+}
+
+// printable returns s as it is when every rune of it prints plainly, and
+// else quoted with Go's escapes, so that no message carries a newline, an
+// escape sequence or a bidirectional override.
+func printable(s string) string {
+	for _, r := range s {
+		if !unicode.IsPrint(r) || r == utf8.RuneError {
+			return strconv.Quote(s)
+		}
+	}
+	return s
+}
+
+// quote returns free text for a message: at most MaxQuotedLength characters
+// of it (a longer text is cut and marked with "…"), quoted and escaped.
+func quote(s string) string {
+	if utf8.RuneCountInString(s) > MaxQuotedLength {
+		runes := []rune(s)
+		s = string(runes[:MaxQuotedLength]) + "…"
+	}
+	return strconv.Quote(s)
 }
 
 // capitalized starts a sentence with s, which is not empty.

@@ -66,8 +66,9 @@ func (w *world) happen(ch chooser, arriving, losingGrants bool) string {
 			return "time passes to " + w.now.Format(time.TimeOnly)
 		case 9:
 			if i, ok := w.pick(ch, func(c Claim) bool { return c.Pod == NoPod }); ok {
-				w.claims[i].RenewTime = w.now
-				return "renewed " + w.claims[i].Name
+				// Some clients' clocks run far ahead: that must extend nothing.
+				w.claims[i].RenewTime = w.now.Add(time.Duration(ch.intn(2)) * 1000 * time.Hour)
+				return "renewed " + w.claims[i].Name + " at " + w.claims[i].RenewTime.Format(time.DateTime)
 			}
 		case 10:
 			if losingGrants {
@@ -81,14 +82,18 @@ func (w *world) happen(ch chooser, arriving, losingGrants bool) string {
 func (w *world) arrive(ch chooser) string {
 	c := claim(fmt.Sprintf("c%03d", w.arrivals), genLines[ch.intn(len(genLines))], int64(1+ch.intn(8)), 0)
 	w.arrivals++
-	// Clients' clocks and start times vary: ordering times lag creation.
-	c.OrderTime = w.now.Add(-time.Duration(ch.intn(10)) * time.Minute)
+	// Clients' clocks and start times vary: build start times lag creation,
+	// and now and then a clock runs far ahead.
+	c.Timestamp = w.now.Add(-time.Duration(ch.intn(10)) * time.Minute)
+	if ch.intn(8) == 0 {
+		c.Timestamp = w.now.Add(24 * time.Hour)
+	}
 	c.Created = w.now
 	if ch.intn(4) == 0 {
 		c.Pod, c.ExpiresAfter = NoPod, genExpiries[1+ch.intn(len(genExpiries)-1)]
 	}
 	w.claims = append(w.claims, c)
-	return fmt.Sprintf("%s arrives: build %d of %s/%s ordered at %s", c.Name, c.Build, c.Repo, c.Branch, c.OrderTime.Format(time.TimeOnly))
+	return fmt.Sprintf("%s arrives: build %d of %s/%s stamped %s", c.Name, c.Build, c.Repo, c.Branch, c.Timestamp.Format(time.TimeOnly))
 }
 
 // pick returns a random claim that matches.
@@ -122,13 +127,17 @@ func TestPropertiesOfRandomEventSequences(t *testing.T) {
 		losingGrants := seed%4 == 3
 		t.Run(fmt.Sprintf("seed=%d,losingGrants=%v", seed, losingGrants), func(t *testing.T) {
 			ch := seeded(seed)
-			w := &world{now: t0, policy: Policy{MaxHold: genMaxHolds[ch.intn(len(genMaxHolds))]}}
+			w := &world{now: t0, policy: Policy{MaxHold: genMaxHolds[ch.intn(len(genMaxHolds))], Ordering: genOrderings[seed%3]}}
 			var history []string
 			var lastToken int64
 			terminal := map[string]Phase{}
+			fair := newFairness()
 			for range 60 {
 				history = append(history, w.happen(ch, true, losingGrants))
 				d := w.decide(t, history)
+				if err := fair.observe(w, d); err != nil {
+					t.Fatalf("%v\n%s", err, strings.Join(history, "\n"))
+				}
 				if d.GrantChanged && d.Holder != "" {
 					// Tokens strictly increase with each grant. Losing the
 					// grant record and every claim that carried the last
@@ -159,6 +168,66 @@ func TestPropertiesOfRandomEventSequences(t *testing.T) {
 	}
 }
 
+// fairness checks the bound of the Queue ordering over a sequence of
+// decisions: a line that joins the queue with k other lines ahead of it holds
+// after at most k+1 hand-offs.
+type fairness struct {
+	handOffs int
+	joined   map[line]joinedLine
+}
+
+type joinedLine struct {
+	ahead    int // lines queued ahead of it when it joined
+	handOffs int // hand-offs before it joined
+}
+
+func newFairness() *fairness { return &fairness{joined: map[line]joinedLine{}} }
+
+// observe takes the next decision of w (already applied).
+func (f *fairness) observe(w *world, d Decision) error {
+	if w.policy.Ordering != Queue {
+		return nil
+	}
+	claims := map[string]Claim{}
+	for _, c := range w.claims {
+		claims[c.Name] = c
+	}
+	if d.GrantChanged && d.Holder != "" {
+		f.handOffs++
+		l := lineOf(claims[d.Holder])
+		if j, ok := f.joined[l]; ok {
+			if waited := f.handOffs - j.handOffs; waited > j.ahead+1 {
+				return fmt.Errorf("%s@%s held after %d hand-offs, with %d lines ahead when it joined", l.repo, l.branch, waited, j.ahead)
+			}
+			delete(f.joined, l)
+		}
+	}
+	queued := map[line]time.Time{}
+	for _, v := range d.Verdicts {
+		if v.Phase == Waiting {
+			queued[lineOf(claims[v.Name])] = v.QueuedAt
+		}
+	}
+	for l := range f.joined {
+		if _, ok := queued[l]; !ok {
+			delete(f.joined, l) // it left the queue
+		}
+	}
+	for l, place := range queued {
+		if _, ok := f.joined[l]; ok {
+			continue
+		}
+		ahead := 0
+		for other, p := range queued {
+			if other != l && p.Before(place) {
+				ahead++
+			}
+		}
+		f.joined[l] = joinedLine{ahead: ahead, handOffs: f.handOffs}
+	}
+	return nil
+}
+
 // checkLiveness stops arrivals and ends holders one by one: each time, the
 // claim that waited (the newest survivor) holds next, and the lock ends up
 // free with every claim terminal.
@@ -178,8 +247,8 @@ func checkLiveness(t *testing.T, ch chooser, w *world, history []string) {
 		next := d.Waiting
 		i, _ := w.pick(ch, func(c Claim) bool { return c.Name == d.Holder })
 		switch holder := w.claims[i]; {
-		case holder.Pod == NoPod && ch.intn(2) == 0:
-			w.now = podlessExpiry(holder, w.grant.AcquiredAt)
+		case (holder.Pod == NoPod || w.policy.MaxHold > 0) && ch.intn(2) == 0:
+			w.now, _ = holdDeadline(holder, w.grant.AcquiredAt, w.now, w.policy.MaxHold)
 			history = append(history, "the hold of "+holder.Name+" expires")
 		case ch.intn(2) == 0:
 			w.claims = append(w.claims[:i], w.claims[i+1:]...)
@@ -201,9 +270,10 @@ func describeInput(in input) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "now=%s policy=%v grant={%s}", in.now.Format(time.TimeOnly), in.policy, in.grant)
 	for _, c := range in.claims {
-		fmt.Fprintf(&b, "\n  %s/%s %s/%s#%d order=%s created=%s phase=%q token=%d pod=%s expiresAfter=%s renew=%s",
-			c.Name, c.UID, c.Repo, c.Branch, c.Build, c.OrderTime.Format(time.TimeOnly), c.Created.Format(time.TimeOnly),
-			c.Phase, c.FencingToken, c.Pod, c.ExpiresAfter, c.RenewTime.Format(time.TimeOnly))
+		fmt.Fprintf(&b, "\n  %s/%s %s/%s#%d stamp=%s created=%s phase=%q token=%d pod=%s expiresAfter=%s renew=%s renewed=%s queued=%s",
+			c.Name, c.UID, c.Repo, c.Branch, c.Build, c.Timestamp.Format(time.TimeOnly), c.Created.Format(time.TimeOnly),
+			c.Phase, c.FencingToken, c.Pod, c.ExpiresAfter, c.RenewTime.Format(time.TimeOnly), c.RenewedAt.Format(time.TimeOnly),
+			c.QueuedAt.Format(time.TimeOnly))
 	}
 	return b.String()
 }

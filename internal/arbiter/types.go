@@ -2,6 +2,7 @@ package arbiter
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -65,6 +66,18 @@ type Lock struct {
 	Target    string
 }
 
+// Ordering is how a lock chooses among the builds that want it (the API's
+// BuildLockPolicy spec.ordering). The rules of each are in the package
+// comment.
+type Ordering string
+
+// The orderings, as in the API. The zero value is NewestWins.
+const (
+	NewestWins Ordering = "NewestWins"
+	Queue      Ordering = "Queue"
+	Fifo       Ordering = "Fifo"
+)
+
 // Claim is one BuildLock as the arbiter sees it: plain data, gathered by the
 // controller.
 type Claim struct {
@@ -75,10 +88,12 @@ type Claim struct {
 	Repo   string
 	Branch string
 	Build  int64
-	// OrderTime orders claims of different lines: spec.timestamp, else the
-	// creation time.
-	OrderTime time.Time
-	// Created is the BuildLock's creationTimestamp.
+	// Timestamp is spec.timestamp, when the build started (zero if unset).
+	// It orders claims of different lines with NewestWins, capped at
+	// Created + MaxTimestampSkew (see [OrderTime]).
+	Timestamp time.Time
+	// Created is the BuildLock's creationTimestamp, in the API server's
+	// clock.
 	Created time.Time
 	// Phase is the claim's current status.phase ("" counts as Pending).
 	Phase Phase
@@ -86,32 +101,114 @@ type Claim struct {
 	// next grant's token is above every token seen, so tokens are never
 	// reused even if the grant record is lost.
 	FencingToken int64
-	// ExpiresAfter and RenewTime (zero if unset) bound a pod-less hold.
+	// ExpiresAfter bounds a pod-less hold between renewals (zero or less:
+	// DefaultExpiresAfter).
 	ExpiresAfter time.Duration
-	RenewTime    time.Time
+	// RenewTime is a renewal the operator has not recorded yet: spec.renewTime,
+	// in the client's clock, while status.renewedAt does not account for it;
+	// zero otherwise. It counts from min(RenewTime, now): a client's clock in
+	// the future extends nothing.
+	RenewTime time.Time
+	// RenewedAt is the last renewal the operator recorded (status.renewedAt).
+	RenewedAt time.Time
+	// QueuedAt is the claim's recorded place in the lock's queue
+	// (status.queuedAt); zero if it has none yet.
+	QueuedAt time.Time
 	// Pod is what is known of the claim's pod.
 	Pod PodState
 	// ForceRelease, when not empty, is why a person asked to end this claim
 	// (the BuildLock's buildlock.io/force-release annotation: "who: why"). A
-	// holder or a waiter with it is Released, reason ForceReleased.
+	// holder or a waiter with it is Released, reason ForceReleased. It is
+	// free text: messages quote at most MaxQuotedLength characters of it,
+	// escaped.
 	ForceRelease string
+	// Writer is who may write into an enforced target while this claim
+	// holds it; the grant records it.
+	Writer Writer
+}
+
+// Writer is the identity whose writes an enforced target admits from its
+// holder: a pod (by UID), else a user name.
+type Writer struct {
+	// PodUID, when set, is the only pod whose service-account token is the
+	// holder's: the claim's podRef.uid, or the pod its requester's token
+	// was bound to.
+	PodUID string
+	// Username is the holder's requester, for a pod-less holder whose
+	// requester had no pod-bound token.
+	Username string
 }
 
 // Grant is the lock's grant record (the Lease): who holds it, since when,
-// and the fencing token of that grant. A zero Holder means the lock is free;
-// Token then keeps the last token issued.
+// the fencing token of that grant, which builds of each line held the lock,
+// and how the last hold this arbiter ended ended. A zero Holder means the
+// lock is free; Token then keeps the last token issued.
 type Grant struct {
 	Holder     string
 	HolderUID  string
 	Token      int64
 	AcquiredAt time.Time
+	// Lines records, per line, the highest build that held the lock and when
+	// it was granted; records older than Policy.LineMemory no longer count,
+	// and at most MaxLineRecords are kept (the oldest go first). Sorted by
+	// line.
+	Lines []LineRecord
+	// Ended is how the previous holder's hold ended, when a decision ended it
+	// (zero otherwise): a claim still shown Held whose end was never written
+	// gets this ending instead of LockLost.
+	Ended Ending
+	// Writer is the holder's Writer, recorded with the grant so that an
+	// enforced target admits the holder's writes and no one else's, and
+	// never ahead of the grant.
+	Writer Writer
 }
 
-// Policy holds the operator-wide settings that shape decisions.
+// LineRecord says that build Build of the line Repo@Branch was granted the
+// lock at HeldAt.
+type LineRecord struct {
+	Repo   string
+	Branch string
+	Build  int64
+	HeldAt time.Time
+}
+
+// Ending is how a hold ended: the claim, its final phase and reason, and
+// when.
+type Ending struct {
+	Name   string
+	UID    string
+	Phase  Phase
+	Reason string
+	At     time.Time
+}
+
+// Equal reports whether two grant records are the same.
+func (g Grant) Equal(o Grant) bool {
+	return g.Holder == o.Holder && g.HolderUID == o.HolderUID && g.Token == o.Token &&
+		g.AcquiredAt.Equal(o.AcquiredAt) && g.Ended.equal(o.Ended) && g.Writer == o.Writer &&
+		slices.EqualFunc(g.Lines, o.Lines, LineRecord.equal)
+}
+
+func (r LineRecord) equal(o LineRecord) bool {
+	return r.Repo == o.Repo && r.Branch == o.Branch && r.Build == o.Build && r.HeldAt.Equal(o.HeldAt)
+}
+
+func (e Ending) equal(o Ending) bool {
+	return e.Name == o.Name && e.UID == o.UID && e.Phase == o.Phase && e.Reason == o.Reason && e.At.Equal(o.At)
+}
+
+// Policy holds the settings that shape one lock's decisions: its
+// BuildLockPolicy, and the operator's flags where the policy is silent.
 type Policy struct {
-	// MaxHold, when positive, ends a pod-backed hold after this long
-	// (--max-hold). Zero means pod-backed holds never time out.
+	// Ordering chooses among waiting builds; "" is NewestWins.
+	Ordering Ordering
+	// MaxHold, when positive, ends every hold (pod-backed or pod-less) this
+	// long after its grant. Zero means holds are bounded only by their pod or
+	// their expiry.
 	MaxHold time.Duration
+	// LineMemory is how long a grant record remembers which build of a line
+	// held the lock (zero or less: DefaultLineMemory).
+	LineMemory time.Duration
 }
 
 // Verdict is the arbiter's decision for one claim.
@@ -123,36 +220,54 @@ type Verdict struct {
 	Phase Phase
 	// Reason and Message explain Phase (API reasons, e.g. "WaitingForHolder").
 	// An empty Reason means the claim is terminal and unchanged: keep the
-	// stored reason and message.
+	// stored status.
 	Reason  string
 	Message string
-	// SupersededBy names the claim that made this one obsolete.
+	// SupersededBy names the claim that made this one obsolete; empty when
+	// the build is superseded by the grant record's memory of a build of its
+	// line that held (the claim may be gone).
 	SupersededBy string
+	// Holder and Waiting are the claims this claim's status names as holding
+	// and waiting: the decision's own, except on a claim queued with Queue or
+	// Fifo, whose status names neither (so that a hand-off never rewrites
+	// the queue).
+	Holder  string
+	Waiting string
 	// FencingToken is the token of the hold (Decision.Grant.Token) on a Held
 	// verdict, and zero on any other: a claim that stops holding keeps the
 	// token it held.
 	FencingToken int64
-	// ExpiresAt is when a pod-less hold ends unless renewed (Held only).
+	// ExpiresAt is when the hold ends unless renewed (Held only): a pod-less
+	// hold's expiry, capped at the maximum hold; a pod-backed hold's maximum
+	// hold. Zero when the hold has no end in time.
 	ExpiresAt time.Time
-	// Warning, when set, is a message to surface once: a pod-backed hold past
-	// 80 % of MaxHold.
+	// RenewedAt is the claim's last renewal as it must be recorded (zero if
+	// none): see Claim.RenewTime.
+	RenewedAt time.Time
+	// QueuedAt is the claim's place in the queue (Waiting only).
+	QueuedAt time.Time
+	// Warning, when set, is a message to surface once: a hold past 80 % of
+	// its maximum hold.
 	Warning string
 }
 
 // Decision is everything the arbiter decided for one lock at one instant.
 type Decision struct {
-	// Holder and Waiting name the claims that hold and wait after this
-	// decision ("" if none).
+	// Holder and Waiting name the claims that hold and wait (with Queue and
+	// Fifo: wait first) after this decision ("" if none).
 	Holder  string
 	Waiting string
+	// Queued is how many claims wait after this decision.
+	Queued int
 	// Grant is the grant record after this decision. GrantChanged says it
 	// differs from the input grant (a new holder, or the lock freed), so the
 	// controller must compare-and-swap it before writing any status.
 	Grant        Grant
 	GrantChanged bool
 	// Verdicts hold one entry per input claim, ordered for writing: claims
-	// that stop holding first, then the rest by name, and the claim that
-	// becomes Held (a newly granted holder) last.
+	// that stop holding first, then claims that stay in the running, then
+	// claims that end, each group by name, and the claim that becomes Held
+	// (a newly granted holder) last.
 	Verdicts []Verdict
 	// NextLook is the earliest future instant at which time alone changes the
 	// decision (an expiry, or a max-hold threshold); zero if none.

@@ -2,23 +2,42 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
+	"strings"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/buildlock/buildlock/internal/arbiter"
 )
 
-// Labels on the grant Leases, so that people and the cache can find them.
+// Labels and annotations on the grant Leases, so that people and the cache
+// can find them, and so that the grant record carries what the arbiter must
+// remember.
 const (
 	managedByLabel = "app.kubernetes.io/managed-by"
 	managedByValue = "buildlock"
 	targetLabel    = "buildlock.io/target"
+	// linesAnnotation records, per line, the highest build that held the
+	// lock (JSON; see arbiter.Grant.Lines).
+	linesAnnotation = "buildlock.io/lines"
+	// endedAnnotation records how the previous hold ended (JSON; see
+	// arbiter.Grant.Ended).
+	endedAnnotation = "buildlock.io/ended"
 )
+
+// tokenFloorLease names the Lease, one per namespace, that keeps the highest
+// fencing token of the grant Leases deleted in that namespace. A target's
+// name is a DNS label, so "buildlock-<target>" can never be this name, which
+// has a dot.
+const tokenFloorLease = "buildlock.token-floor"
 
 // leaseName is the name of the grant Lease of a target. Targets are DNS-1123
 // labels (at most 63 characters), so the name is always a valid object name.
@@ -26,13 +45,30 @@ func leaseName(target string) string {
 	return "buildlock-" + target
 }
 
+// lineRecord is how a Grant.Lines entry is written in linesAnnotation.
+type lineRecord struct {
+	Repo   string    `json:"repo"`
+	Branch string    `json:"branch"`
+	Build  int64     `json:"build"`
+	HeldAt time.Time `json:"heldAt"`
+}
+
+// endingRecord is how Grant.Ended is written in endedAnnotation.
+type endingRecord struct {
+	Name   string    `json:"name"`
+	UID    string    `json:"uid"`
+	Phase  string    `json:"phase"`
+	Reason string    `json:"reason"`
+	At     time.Time `json:"at"`
+}
+
 // writeGrant records grant in the lock's Lease as a compare-and-swap: an
 // update carries the resourceVersion the decision was computed from, and a
 // create fails if another writer created the Lease first. Either way a
 // concurrent writer makes this call fail with a Conflict or AlreadyExists
-// error, and the caller decides again. The Lease is never deleted, so the
-// fencing token (leaseTransitions) never goes back.
-func writeGrant(ctx context.Context, c client.Client, lock arbiter.Lock, read *coordinationv1.Lease, grant arbiter.Grant) (*coordinationv1.Lease, error) {
+// error, and the caller decides again. The Lease's renewTime says when it was
+// last written (deleteIdleLease counts from it).
+func writeGrant(ctx context.Context, c client.Client, lock arbiter.Lock, read *coordinationv1.Lease, grant arbiter.Grant, e *enforcement, now time.Time) (*coordinationv1.Lease, error) {
 	lease := &coordinationv1.Lease{}
 	if read != nil {
 		lease = read.DeepCopy()
@@ -52,12 +88,15 @@ func writeGrant(ctx context.Context, c client.Client, lock arbiter.Lock, read *c
 	lease.Spec.LeaseTransitions = ptr.To(int32(grant.Token))
 	lease.Spec.HolderIdentity = nil
 	lease.Spec.AcquireTime = nil
-	lease.Spec.RenewTime = nil
+	lease.Spec.RenewTime = &metav1.MicroTime{Time: now}
 	if grant.Holder != "" {
 		lease.Spec.HolderIdentity = ptr.To(holderIdentity(grant.Holder, grant.HolderUID))
 		lease.Spec.AcquireTime = &metav1.MicroTime{Time: grant.AcquiredAt}
-		lease.Spec.RenewTime = &metav1.MicroTime{Time: grant.AcquiredAt}
 	}
+	if err := setGrantAnnotations(lease, grant); err != nil {
+		return nil, err
+	}
+	setEnforcement(lease, e)
 
 	var err error
 	if read == nil {
@@ -69,4 +108,172 @@ func writeGrant(ctx context.Context, c client.Client, lock arbiter.Lock, read *c
 		return nil, fmt.Errorf("writing grant Lease %s/%s: %w", lease.Namespace, lease.Name, err)
 	}
 	return lease, nil
+}
+
+// setGrantAnnotations writes the grant's line records and ending into the
+// Lease's annotations (removing them when empty).
+func setGrantAnnotations(lease *coordinationv1.Lease, grant arbiter.Grant) error {
+	if lease.Annotations == nil {
+		lease.Annotations = map[string]string{}
+	}
+	for _, key := range []string{linesAnnotation, endedAnnotation, writerPodAnnotation, writerUserAnnotation} {
+		delete(lease.Annotations, key)
+	}
+	if grant.Writer.PodUID != "" {
+		lease.Annotations[writerPodAnnotation] = grant.Writer.PodUID
+	}
+	if grant.Writer.Username != "" {
+		lease.Annotations[writerUserAnnotation] = grant.Writer.Username
+	}
+	if len(grant.Lines) > 0 {
+		records := make([]lineRecord, len(grant.Lines))
+		for i, r := range grant.Lines {
+			records[i] = lineRecord{Repo: r.Repo, Branch: r.Branch, Build: r.Build, HeldAt: r.HeldAt.UTC()}
+		}
+		b, err := json.Marshal(records)
+		if err != nil {
+			return fmt.Errorf("encoding the line records of Lease %s: %w", lease.Name, err)
+		}
+		lease.Annotations[linesAnnotation] = string(b)
+	}
+	if e := grant.Ended; e.Name != "" {
+		b, err := json.Marshal(endingRecord{Name: e.Name, UID: e.UID, Phase: string(e.Phase), Reason: e.Reason, At: e.At.UTC()})
+		if err != nil {
+			return fmt.Errorf("encoding the ending recorded in Lease %s: %w", lease.Name, err)
+		}
+		lease.Annotations[endedAnnotation] = string(b)
+	}
+	if len(lease.Annotations) == 0 {
+		lease.Annotations = nil
+	}
+	return nil
+}
+
+// holderIdentity is how a Lease names its holding BuildLock: "name/uid".
+func holderIdentity(name, uid string) string {
+	if name == "" {
+		return ""
+	}
+	return name + "/" + uid
+}
+
+// grantFromLease reads the grant record; a nil Lease is a lock never granted
+// (or whose Lease was cleaned up), whose tokens start above floor. Records
+// that do not decode (the Lease was edited by hand) are left out: the lock
+// then forgets its lines, but never its holder or token.
+func grantFromLease(lease *coordinationv1.Lease, floor int64) arbiter.Grant {
+	g := arbiter.Grant{Token: floor}
+	if lease == nil {
+		return g
+	}
+	if lease.Spec.HolderIdentity != nil {
+		g.Holder, g.HolderUID, _ = strings.Cut(*lease.Spec.HolderIdentity, "/")
+	}
+	if lease.Spec.LeaseTransitions != nil {
+		g.Token = int64(*lease.Spec.LeaseTransitions)
+	}
+	if lease.Spec.AcquireTime != nil {
+		g.AcquiredAt = lease.Spec.AcquireTime.Time
+	}
+	g.Writer = arbiter.Writer{PodUID: lease.Annotations[writerPodAnnotation], Username: lease.Annotations[writerUserAnnotation]}
+	var records []lineRecord
+	if s := lease.Annotations[linesAnnotation]; s != "" && json.Unmarshal([]byte(s), &records) == nil {
+		for _, r := range records {
+			g.Lines = append(g.Lines, arbiter.LineRecord{Repo: r.Repo, Branch: r.Branch, Build: r.Build, HeldAt: r.HeldAt})
+		}
+	}
+	var e endingRecord
+	if s := lease.Annotations[endedAnnotation]; s != "" && json.Unmarshal([]byte(s), &e) == nil {
+		g.Ended = arbiter.Ending{Name: e.Name, UID: e.UID, Phase: arbiter.Phase(e.Phase), Reason: e.Reason, At: e.At}
+	}
+	return g
+}
+
+// lastWritten is when the Lease was last written: its renewTime, else (a
+// Lease written by an older operator) its acquireTime or creation.
+func lastWritten(lease *coordinationv1.Lease) time.Time {
+	switch {
+	case lease.Spec.RenewTime != nil:
+		return lease.Spec.RenewTime.Time
+	case lease.Spec.AcquireTime != nil:
+		return lease.Spec.AcquireTime.Time
+	}
+	return lease.CreationTimestamp.Time
+}
+
+// readTokenFloor reads, live, the highest token of the namespace's deleted
+// grant Leases (0 if none was ever deleted).
+func readTokenFloor(ctx context.Context, reader client.Reader, namespace string) (int64, *coordinationv1.Lease, error) {
+	var lease coordinationv1.Lease
+	err := reader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: tokenFloorLease}, &lease)
+	switch {
+	case apierrors.IsNotFound(err):
+		return 0, nil, nil
+	case err != nil:
+		return 0, nil, fmt.Errorf("reading the token floor of namespace %q: %w", namespace, err)
+	case lease.Spec.LeaseTransitions == nil:
+		return 0, &lease, nil
+	}
+	return int64(*lease.Spec.LeaseTransitions), &lease, nil
+}
+
+// raiseTokenFloor makes the namespace's token floor at least token, as a
+// compare-and-swap on what readTokenFloor returned.
+func raiseTokenFloor(ctx context.Context, c client.Client, namespace string, read *coordinationv1.Lease, floor, token int64) error {
+	if token <= floor && read != nil {
+		return nil
+	}
+	if token > math.MaxInt32 {
+		return fmt.Errorf("token floor %d of namespace %q does not fit a Lease", token, namespace)
+	}
+	lease := &coordinationv1.Lease{}
+	if read != nil {
+		lease = read.DeepCopy()
+	} else {
+		lease.Namespace, lease.Name = namespace, tokenFloorLease
+		lease.Labels = map[string]string{managedByLabel: managedByValue}
+	}
+	lease.Spec.LeaseTransitions = ptr.To(int32(max(floor, token)))
+	var err error
+	if read == nil {
+		err = c.Create(ctx, lease)
+	} else {
+		err = c.Update(ctx, lease)
+	}
+	if err != nil {
+		return fmt.Errorf("raising the token floor of namespace %q to %d: %w", namespace, token, err)
+	}
+	return nil
+}
+
+// deleteIdleLease deletes the grant Lease of a lock that has no claims and
+// has not been written for retention, first raising the namespace's token
+// floor to its token so that a later Lease of the target never issues a token
+// again: a new Lease is only created after a read found none, which follows
+// the delete, which follows the floor's raise. The delete is conditional on
+// the Lease being unchanged. It returns when to look again (zero: deleted,
+// or nothing to do).
+func deleteIdleLease(ctx context.Context, c client.Client, reader client.Reader, lease *coordinationv1.Lease, retention time.Duration, now time.Time) (time.Time, error) {
+	if lease == nil || lease.Spec.HolderIdentity != nil {
+		return time.Time{}, nil
+	}
+	if due := lastWritten(lease).Add(retention); now.Before(due) {
+		return due, nil
+	}
+	floor, read, err := readTokenFloor(ctx, reader, lease.Namespace)
+	if err != nil {
+		return time.Time{}, err
+	}
+	var token int64
+	if lease.Spec.LeaseTransitions != nil {
+		token = int64(*lease.Spec.LeaseTransitions)
+	}
+	if err := raiseTokenFloor(ctx, c, lease.Namespace, read, floor, token); err != nil {
+		return time.Time{}, err
+	}
+	err = c.Delete(ctx, lease, client.Preconditions{UID: &lease.UID, ResourceVersion: &lease.ResourceVersion})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return time.Time{}, fmt.Errorf("deleting idle grant Lease %s/%s: %w", lease.Namespace, lease.Name, err)
+	}
+	return time.Time{}, nil
 }

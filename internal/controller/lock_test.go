@@ -31,7 +31,7 @@ var _ = Describe("The lock controller", Ordered, func() {
 		writes = newWriteCounter()
 		clock = &offsetClock{}
 		var err error
-		mgr, err = testenv.StartManager(ctx, cfg, testenv.ManagerOptions{Interceptor: writes.funcs(), Clock: clock})
+		mgr, err = testenv.StartManager(ctx, cfg, testenv.ManagerOptions{NewClient: testenv.InterceptClient(*writes.funcs()), Clock: clock})
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(func() { Expect(mgr.Stop()).To(Succeed()) })
 	})

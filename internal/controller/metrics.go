@@ -1,29 +1,56 @@
 package controller
 
 import (
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/utils/clock"
 
 	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
 	"github.com/buildlock/buildlock/internal/arbiter"
 )
 
-// Metrics are the operator's Prometheus metrics. Labels carry reasons only,
-// never claim names, so their cardinality is fixed.
-type Metrics struct {
-	waitSeconds   prometheus.Histogram
-	holdSeconds   prometheus.Histogram
-	grants        prometheus.Counter
-	supersessions *prometheus.CounterVec
-	releases      *prometheus.CounterVec
-	expiries      *prometheus.CounterVec
-	locksHeld     prometheus.GaugeFunc
+// MaxLockSeries bounds the per-lock series (labelled namespace and target):
+// a manager exports them for at most this many locks, those held longest
+// first, so that a namespace with thousands of throw-away targets cannot
+// flood Prometheus. Locks with neither holder nor waiting claim have none.
+const MaxLockSeries = 500
 
-	mu   sync.Mutex
-	held map[arbiter.Lock]bool
+// Metrics are the operator's Prometheus metrics. Counters and histograms
+// carry reasons only, never claim names, so their cardinality is fixed; the
+// per-lock gauges carry namespace and target, bounded by MaxLockSeries.
+type Metrics struct {
+	waitSeconds      prometheus.Histogram
+	holdSeconds      prometheus.Histogram
+	grants           prometheus.Counter
+	grantWriteErrors prometheus.Counter
+	supersessions    *prometheus.CounterVec
+	releases         *prometheus.CounterVec
+	expiries         *prometheus.CounterVec
+
+	clock clock.PassiveClock
+	mu    sync.Mutex
+	locks map[arbiter.Lock]lockState
 }
+
+// lockState is what the per-lock gauges report of one lock, as last decided
+// by this manager.
+type lockState struct {
+	heldSince   time.Time // zero when free
+	waiting     int
+	oldestSince time.Time // when the oldest waiting claim was created
+}
+
+var (
+	lockLabels       = []string{"namespace", "target"}
+	locksHeldDesc    = prometheus.NewDesc("buildlock_locks_held", "Locks that have a holder, as last decided by this manager.", nil, nil)
+	holdAgeDesc      = prometheus.NewDesc("buildlock_lock_hold_age_seconds", "How long the current holder of the lock has held it.", lockLabels, nil)
+	waitAgeDesc      = prometheus.NewDesc("buildlock_lock_wait_age_seconds", "How long the oldest waiting claim of the lock has waited, since its creation.", lockLabels, nil)
+	waitingCountDesc = prometheus.NewDesc("buildlock_lock_waiting", "Claims waiting for the lock.", lockLabels, nil)
+)
 
 // NewMetrics creates the metrics and registers them with reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
@@ -38,6 +65,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		grants: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "buildlock_grants_total", Help: "Locks granted.",
 		}),
+		grantWriteErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "buildlock_grant_write_errors_total", Help: "Grant Lease writes that failed other than by losing a race to another writer.",
+		}),
 		supersessions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "buildlock_supersessions_total", Help: "Claims superseded, by reason.",
 		}, []string{"reason"}),
@@ -47,19 +77,60 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		expiries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "buildlock_expiries_total", Help: "Holds that expired, by reason.",
 		}, []string{"reason"}),
-		held: map[arbiter.Lock]bool{},
+		clock: clock.RealClock{},
+		locks: map[arbiter.Lock]lockState{},
 	}
-	m.locksHeld = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "buildlock_locks_held", Help: "Locks that have a holder, as last decided by this manager.",
-	}, m.countHeld)
-	reg.MustRegister(m.waitSeconds, m.holdSeconds, m.grants, m.supersessions, m.releases, m.expiries, m.locksHeld)
+	reg.MustRegister(m.waitSeconds, m.holdSeconds, m.grants, m.grantWriteErrors, m.supersessions, m.releases, m.expiries, lockCollector{m})
 	return m
 }
 
-func (m *Metrics) countHeld() float64 {
+// lockCollector exports the per-lock gauges from the last decision of each
+// lock, aged at collection time.
+type lockCollector struct{ m *Metrics }
+
+func (c lockCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- locksHeldDesc
+	ch <- holdAgeDesc
+	ch <- waitAgeDesc
+	ch <- waitingCountDesc
+}
+
+func (c lockCollector) Collect(ch chan<- prometheus.Metric) {
+	m := c.m
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	return float64(len(m.held))
+	type entry struct {
+		lock  arbiter.Lock
+		state lockState
+	}
+	entries := make([]entry, 0, len(m.locks))
+	held := 0
+	for lock, s := range m.locks {
+		entries = append(entries, entry{lock, s})
+		if !s.heldSince.IsZero() {
+			held++
+		}
+	}
+	m.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(locksHeldDesc, prometheus.GaugeValue, float64(held))
+	// The longest holds (then the longest waits) first, up to the bound.
+	since := func(s lockState) time.Time {
+		if s.heldSince.IsZero() {
+			return s.oldestSince
+		}
+		return s.heldSince
+	}
+	slices.SortFunc(entries, func(a, b entry) int { return since(a.state).Compare(since(b.state)) })
+	now := m.clock.Now()
+	for _, e := range entries[:min(len(entries), MaxLockSeries)] {
+		labels := []string{e.lock.Namespace, e.lock.Target}
+		if !e.state.heldSince.IsZero() {
+			ch <- prometheus.MustNewConstMetric(holdAgeDesc, prometheus.GaugeValue, now.Sub(e.state.heldSince).Seconds(), labels...)
+		}
+		ch <- prometheus.MustNewConstMetric(waitingCountDesc, prometheus.GaugeValue, float64(e.state.waiting), labels...)
+		if e.state.waiting > 0 {
+			ch <- prometheus.MustNewConstMetric(waitAgeDesc, prometheus.GaugeValue, now.Sub(e.state.oldestSince).Seconds(), labels...)
+		}
+	}
 }
 
 // observeDecision records a decision that was applied in full.
@@ -67,11 +138,28 @@ func (m *Metrics) observeDecision(lock arbiter.Lock, obs observation, d arbiter.
 	if m == nil {
 		return
 	}
-	m.mu.Lock()
+	state := lockState{waiting: d.Queued}
 	if d.Holder != "" {
-		m.held[lock] = true
+		state.heldSince = d.Grant.AcquiredAt
+	}
+	waiting := map[string]bool{}
+	for _, v := range d.Verdicts {
+		if v.Phase == arbiter.Waiting {
+			waiting[v.Name] = true
+		}
+	}
+	for i := range obs.claims {
+		if bl := &obs.claims[i]; waiting[bl.Name] {
+			if created := bl.CreationTimestamp.Time; state.oldestSince.IsZero() || created.Before(state.oldestSince) {
+				state.oldestSince = created
+			}
+		}
+	}
+	m.mu.Lock()
+	if state.heldSince.IsZero() && state.waiting == 0 {
+		delete(m.locks, lock)
 	} else {
-		delete(m.held, lock)
+		m.locks[lock] = state
 	}
 	m.mu.Unlock()
 
@@ -79,11 +167,20 @@ func (m *Metrics) observeDecision(lock arbiter.Lock, obs observation, d arbiter.
 		return
 	}
 	// A holder that was deleted has no verdict; its hold ends here.
-	before := grantFromLease(obs.lease)
+	before := grantFromLease(obs.lease, obs.floor)
 	if before.Holder != "" && !hasClaim(obs.claims, before.Holder) && !before.AcquiredAt.IsZero() {
 		m.holdSeconds.Observe(now.Sub(before.AcquiredAt).Seconds())
 		m.releases.WithLabelValues("Deleted").Inc()
 	}
+}
+
+// observeGrantWriteError counts a failed grant write that was not a lost
+// race (those are normal: the lock is decided again).
+func (m *Metrics) observeGrantWriteError(err error) {
+	if m == nil || apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
+		return
+	}
+	m.grantWriteErrors.Inc()
 }
 
 // observeTransition records one claim's change of phase.

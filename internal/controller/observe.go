@@ -3,9 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
-	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -33,8 +31,10 @@ const maxConcurrentPodReads = 8
 // record, and what is known of each claim's pod.
 type observation struct {
 	claims []buildlockv1.BuildLock
-	lease  *coordinationv1.Lease // nil when the lock has never been granted
-	pods   map[string]arbiter.PodState
+	lease  *coordinationv1.Lease // nil when the lock has no Lease (never granted, or cleaned up)
+	// floor is the namespace's token floor, read only when lease is nil.
+	floor int64
+	pods  map[string]arbiter.PodState
 	// podErr is the first error reading a pod: that pod is unknown (alive to
 	// the arbiter), and the lock must be looked at again once it can be read.
 	podErr error
@@ -136,7 +136,7 @@ func arbiterInputs(obs observation) ([]arbiter.Claim, arbiter.Grant) {
 	for i := range obs.claims {
 		claims = append(claims, toArbiterClaim(&obs.claims[i], obs.pods))
 	}
-	return claims, grantFromLease(obs.lease)
+	return claims, grantFromLease(obs.lease, obs.floor)
 }
 
 func toArbiterClaim(bl *buildlockv1.BuildLock, pods map[string]arbiter.PodState) arbiter.Claim {
@@ -147,21 +147,30 @@ func toArbiterClaim(bl *buildlockv1.BuildLock, pods map[string]arbiter.PodState)
 		Branch:       bl.Spec.Branch,
 		Build:        bl.Spec.Build,
 		Created:      bl.CreationTimestamp.Time,
-		OrderTime:    bl.CreationTimestamp.Time,
 		Phase:        arbiter.Phase(bl.Status.Phase),
 		FencingToken: bl.Status.FencingToken,
 		Pod:          arbiter.NoPod,
-		ExpiresAfter: time.Hour,
+		ExpiresAfter: buildlockv1.DefaultExpiresAfter,
 		ForceRelease: bl.Annotations[buildlockv1.ForceReleaseAnnotation],
+		Writer:       writerOf(bl),
 	}
 	if bl.Spec.Timestamp != nil {
-		c.OrderTime = bl.Spec.Timestamp.Time
+		c.Timestamp = bl.Spec.Timestamp.Time
 	}
 	if bl.Spec.ExpiresAfter != nil {
 		c.ExpiresAfter = bl.Spec.ExpiresAfter.Duration
 	}
-	if bl.Spec.RenewTime != nil {
+	if bl.Status.RenewedAt != nil {
+		c.RenewedAt = bl.Status.RenewedAt.Time
+	}
+	// A renewal the status does not account for yet: renewTime is the only
+	// spec field that changes, so a generation the status has not observed
+	// means a renewal it has not recorded.
+	if bl.Spec.RenewTime != nil && (bl.Status.RenewedAt == nil || bl.Generation != bl.Status.ObservedGeneration) {
 		c.RenewTime = bl.Spec.RenewTime.Time
+	}
+	if bl.Status.QueuedAt != nil {
+		c.QueuedAt = bl.Status.QueuedAt.Time
 	}
 	if bl.Spec.PodRef != nil {
 		c.Pod = arbiter.PodUnknown
@@ -170,29 +179,4 @@ func toArbiterClaim(bl *buildlockv1.BuildLock, pods map[string]arbiter.PodState)
 		}
 	}
 	return c
-}
-
-// holderIdentity is how a Lease names its holding BuildLock: "name/uid".
-func holderIdentity(name, uid string) string {
-	if name == "" {
-		return ""
-	}
-	return name + "/" + uid
-}
-
-func grantFromLease(lease *coordinationv1.Lease) arbiter.Grant {
-	var g arbiter.Grant
-	if lease == nil {
-		return g
-	}
-	if lease.Spec.HolderIdentity != nil {
-		g.Holder, g.HolderUID, _ = strings.Cut(*lease.Spec.HolderIdentity, "/")
-	}
-	if lease.Spec.LeaseTransitions != nil {
-		g.Token = int64(*lease.Spec.LeaseTransitions)
-	}
-	if lease.Spec.AcquireTime != nil {
-		g.AcquiredAt = lease.Spec.AcquireTime.Time
-	}
-	return g
 }

@@ -16,14 +16,13 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
-	"github.com/buildlock/buildlock/internal/arbiter"
 	"github.com/buildlock/buildlock/internal/testenv"
 )
 
 var _ = Describe("The manager's options", func() {
 	It("warns at 80 % of --max-hold and ends the hold at 100 %", func() {
 		clock := &offsetClock{}
-		mgr, err := testenv.StartManager(ctx, cfg, testenv.ManagerOptions{Clock: clock, Policy: arbiter.Policy{MaxHold: time.Hour}})
+		mgr, err := testenv.StartManager(ctx, cfg, testenv.ManagerOptions{Clock: clock, MaxHold: time.Hour})
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(func() { Expect(mgr.Stop()).To(Succeed()) })
 		ns := newNamespace()
@@ -102,10 +101,16 @@ buildlock_grants_total 2
 			byName[f.GetName()] = f
 			for _, m := range f.GetMetric() {
 				for _, l := range m.GetLabel() {
-					Expect(l.GetName()).To(Equal("reason"), "metric %s has a label other than reason", f.GetName())
+					Expect(l.GetName()).To(BeElementOf("reason", "namespace", "target"), "metric %s has a per-claim label", f.GetName())
 				}
 			}
 		}
+		// The per-lock gauges: web-8 holds, nobody waits.
+		Expect(byName["buildlock_lock_hold_age_seconds"].GetMetric()).To(HaveLen(1))
+		Expect(byName["buildlock_lock_hold_age_seconds"].GetMetric()[0].GetLabel()).To(ConsistOf(
+			HaveField("GetValue()", ns), HaveField("GetValue()", "staging")))
+		Expect(byName["buildlock_lock_waiting"].GetMetric()[0].GetGauge().GetValue()).To(Equal(0.0))
+		Expect(byName).NotTo(HaveKey("buildlock_lock_wait_age_seconds"))
 		Expect(byName).To(HaveKey("buildlock_supersessions_total"))
 		Expect(byName["buildlock_supersessions_total"].GetMetric()[0].GetCounter().GetValue()).To(Equal(1.0))
 		Expect(byName["buildlock_releases_total"].GetMetric()[0].GetLabel()[0].GetValue()).To(Equal("PodFinished"))

@@ -32,8 +32,8 @@ const conflictRetryDelay = 20 * time.Millisecond
 // LockReconciler reconciles one lock per request: the request's Namespace is
 // the claims' namespace and its Name is the target.
 type LockReconciler struct {
-	// Client reads claims from the cache and writes Leases, statuses and
-	// deletions.
+	// Client reads claims and policies from the cache and writes Leases,
+	// statuses and deletions.
 	Client client.Client
 	// APIReader reads live from the API server: the grant Lease, pods, and
 	// the claims before a grant changes.
@@ -42,8 +42,12 @@ type LockReconciler struct {
 	Recorder events.EventRecorder
 	// Clock tells the time; tests and chaos runs skew it.
 	Clock clock.PassiveClock
-	// Policy shapes the arbiter's decisions (--max-hold).
-	Policy arbiter.Policy
+	// MaxHold bounds every hold of a lock whose policy sets no maxHold
+	// (--max-hold); zero means no bound.
+	MaxHold time.Duration
+	// GrantRetention is how long a grant record remembers the builds that
+	// held, and how long the Lease of a lock without claims is kept.
+	GrantRetention time.Duration
 	// FinishedTTL is how long a terminal claim is kept; zero keeps it.
 	FinishedTTL time.Duration
 	// Decide is the arbiter; a field so that tests can break it on purpose.
@@ -54,8 +58,12 @@ type LockReconciler struct {
 
 // +kubebuilder:rbac:groups=buildlock.io,resources=buildlocks,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups=buildlock.io,resources=buildlocks/status,verbs=update
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;create;update
+// +kubebuilder:rbac:groups=buildlock.io,resources=buildlockpolicies,verbs=get;list;watch
+// +kubebuilder:rbac:groups=buildlock.io,resources=buildlockpolicies/status,verbs=update
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicybindings,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile decides one lock and applies the decision.
@@ -67,35 +75,65 @@ func (r *LockReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	// keeps a decision's fixed point across a round trip.
 	now := r.Clock.Now().Truncate(time.Microsecond)
 
+	policy, err := r.lockPolicy(ctx, lock)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	obs, err := r.observe(ctx, lock)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	decision := r.decide(lock, obs, now)
+	decision := r.decide(lock, obs, now, policy.arbiter)
 
+	lease := obs.lease // the Lease as it is after this reconcile's writes
 	if decision.GrantChanged {
 		// The cache may be stale: decide again on a live read, and record the
 		// grant only if the Lease is still what that read returned.
 		if obs, err = r.observeLive(ctx, lock, obs); err != nil {
 			return ctrl.Result{}, err
 		}
-		decision = r.decide(lock, obs, now)
+		lease = obs.lease
+		decision = r.decide(lock, obs, now, policy.arbiter)
 		if decision.GrantChanged {
-			if _, err := writeGrant(ctx, r.Client, lock, obs.lease, decision.Grant); err != nil {
+			if lease, err = writeGrant(ctx, r.Client, lock, obs.lease, decision.Grant, policy.enforce, now); err != nil {
+				r.Metrics.observeGrantWriteError(err)
 				return r.retryOnRace(ctx, err)
 			}
 			log.V(1).Info("Recorded grant", "holder", decision.Grant.Holder, "fencingToken", decision.Grant.Token)
 		}
 	}
 
+	if !enforcementCurrent(lease, policy.enforce) || (lease == nil && policy.enforce != nil) {
+		// An enforced lock always has a Lease (a free lock then refuses
+		// every pipeline write), which carries the policy's pipelines.
+		if lease, err = writeGrant(ctx, r.Client, lock, lease, decision.Grant, policy.enforce, now); err != nil {
+			return r.retryOnRace(ctx, err)
+		}
+	}
+	if err := r.syncEnforcement(ctx, lock, &policy); err != nil {
+		return r.retryOnRace(ctx, err)
+	}
+
 	if err := r.applyStatuses(ctx, obs, decision, now); err != nil {
 		return r.retryOnRace(ctx, err)
 	}
 	r.Metrics.observeDecision(lock, obs, decision, now)
+	if err := r.updatePolicyStatus(ctx, policy); err != nil {
+		return r.retryOnRace(ctx, err)
+	}
 
 	next, err := r.deleteFinished(ctx, obs.claims, now)
 	if err != nil {
 		return r.retryOnRace(ctx, err)
+	}
+	if len(obs.claims) == 0 && policy.enforce == nil {
+		// A lock nobody claims keeps its Lease for GrantRetention after its
+		// last write, then lets it go (keeping the token floor).
+		due, err := deleteIdleLease(ctx, r.Client, r.APIReader, lease, r.GrantRetention, now)
+		if err != nil {
+			return r.retryOnRace(ctx, err)
+		}
+		next = earliest(next, due)
 	}
 	if obs.podErr != nil {
 		// The decision was safe (an unknown pod counts as alive), but a pod
@@ -140,7 +178,13 @@ func (r *LockReconciler) observeGrantAndPods(ctx context.Context, lock arbiter.L
 		leaseErr error
 		wg       sync.WaitGroup
 	)
-	wg.Go(func() { obs.lease, leaseErr = getLease(ctx, r.APIReader, lock) })
+	wg.Go(func() {
+		if obs.lease, leaseErr = getLease(ctx, r.APIReader, lock); leaseErr == nil && obs.lease == nil {
+			// A lock without a Lease issues tokens above the floor that
+			// the namespace's deleted Leases left.
+			obs.floor, _, leaseErr = readTokenFloor(ctx, r.APIReader, lock.Namespace)
+		}
+	})
 	obs.pods, obs.podErr = observePods(ctx, r.APIReader, claims, knownPods)
 	wg.Wait()
 	if leaseErr != nil {
@@ -149,21 +193,24 @@ func (r *LockReconciler) observeGrantAndPods(ctx context.Context, lock arbiter.L
 	return obs, nil
 }
 
-func (r *LockReconciler) decide(lock arbiter.Lock, obs observation, now time.Time) arbiter.Decision {
+func (r *LockReconciler) decide(lock arbiter.Lock, obs observation, now time.Time, policy arbiter.Policy) arbiter.Decision {
 	claims, grant := arbiterInputs(obs)
 	decide := r.Decide
 	if decide == nil {
 		decide = arbiter.Decide
 	}
-	return decide(lock, claims, grant, now, r.Policy)
+	return decide(lock, claims, grant, now, policy)
 }
 
 // applyStatuses writes every claim whose status the decision changes, in the
 // decision's order: claims that stop holding first, the new holder last, so
 // that no two claims show Held at once. Each write carries the
-// resourceVersion of the object the decision was computed from; the first
-// failure stops the rest, and the lock is decided again.
+// resourceVersion of the object the decision was computed from. A write the
+// API server refuses as invalid is written again without its message; if
+// even that is refused, the claim is skipped, unless it stops holding (then,
+// as on any other failure, the rest waits and the lock is decided again).
 func (r *LockReconciler) applyStatuses(ctx context.Context, obs observation, d arbiter.Decision, now time.Time) error {
+	log := logf.FromContext(ctx)
 	byName := make(map[string]*buildlockv1.BuildLock, len(obs.claims))
 	for i := range obs.claims {
 		byName[obs.claims[i].Name] = &obs.claims[i]
@@ -174,7 +221,7 @@ func (r *LockReconciler) applyStatuses(ctx context.Context, obs observation, d a
 			continue
 		}
 		if v.Warning != "" {
-			r.Recorder.Eventf(bl, nil, "Warning", "MaxHoldApproaching", "Hold", v.Warning)
+			r.Recorder.Eventf(bl, nil, "Warning", "MaxHoldApproaching", "Hold", "%s", truncate(v.Warning, maxEventNoteLength))
 		}
 		status, changed := desiredStatus(bl, v, d, now)
 		if !changed {
@@ -182,16 +229,32 @@ func (r *LockReconciler) applyStatuses(ctx context.Context, obs observation, d a
 		}
 		updated := bl.DeepCopy()
 		updated.Status = status
-		if err := r.Client.Status().Update(ctx, updated); err != nil {
+		err := r.Client.Status().Update(ctx, updated)
+		if apierrors.IsInvalid(err) {
+			log.Error(err, "Status refused as invalid; writing it without its message", "buildLock", bl.Name, "phase", v.Phase)
+			updated.Status = fallbackStatus(status)
+			err = r.Client.Status().Update(ctx, updated)
+		}
+		if err != nil {
+			if apierrors.IsInvalid(err) && !stopsHolding(v) {
+				log.Error(err, "Status refused as invalid; leaving this claim and applying the rest", "buildLock", bl.Name, "phase", v.Phase)
+				continue
+			}
 			return fmt.Errorf("writing status of BuildLock %s/%s (%s): %w", bl.Namespace, bl.Name, v.Phase, err)
 		}
-		logf.FromContext(ctx).Info("Updated claim", "buildLock", bl.Name, "from", v.From, "phase", v.Phase, "reason", v.Reason, "fencingToken", status.FencingToken)
+		log.Info("Updated claim", "buildLock", bl.Name, "from", v.From, "phase", v.Phase, "reason", v.Reason, "fencingToken", status.FencingToken)
 		if v.From != v.Phase {
-			r.Recorder.Eventf(bl, nil, eventType(v.Phase), eventReason(v.Phase), string(v.Phase), v.Message)
+			r.Recorder.Eventf(bl, nil, eventType(v.Phase), eventReason(v.Phase), string(v.Phase), "%s", truncate(v.Message, maxEventNoteLength))
 			r.Metrics.observeTransition(bl, v, now)
 		}
 	}
 	return nil
+}
+
+// stopsHolding reports whether the verdict ends a claim shown Held: until
+// that is written, no other claim may be shown Held.
+func stopsHolding(v arbiter.Verdict) bool {
+	return v.From == arbiter.Held && v.Phase != arbiter.Held
 }
 
 // deleteFinished deletes terminal claims older than FinishedTTL (each delete

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"time"
+	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -11,6 +12,16 @@ import (
 	"github.com/buildlock/buildlock/internal/arbiter"
 )
 
+// maxMessageLength bounds a status message and a condition's message: the
+// API refuses a condition message over 32768 bytes, and a status write that
+// is refused must never be what stops a decision. The arbiter's messages are
+// far shorter (it quotes free text only up to MaxQuotedLength); this is the
+// last line of defence.
+const maxMessageLength = 4096
+
+// maxEventNoteLength is the API's bound on an event's note.
+const maxEventNoteLength = 1024
+
 // desiredStatus is the status a claim must have after decision d, computed
 // in memory from its current status. ok is false when the status must not
 // change (a terminal claim keeps the picture it ended with).
@@ -18,21 +29,24 @@ func desiredStatus(bl *buildlockv1.BuildLock, v arbiter.Verdict, d arbiter.Decis
 	if v.Reason == "" {
 		return bl.Status, false
 	}
+	message := truncate(v.Message, maxMessageLength)
 	st := *bl.Status.DeepCopy()
 	st.Phase = buildlockv1.Phase(v.Phase)
 	st.Reason = v.Reason
-	st.Message = v.Message
+	st.Message = message
 	st.SupersededBy = v.SupersededBy
-	st.Holder = d.Holder
-	st.Waiting = d.Waiting
+	st.Holder = v.Holder
+	st.Waiting = v.Waiting
 	st.ObservedGeneration = bl.Generation
-	st.ExpiresAt = nil
-	if v.Phase == arbiter.Held {
+	st.ExpiresAt = microTime(v.ExpiresAt)
+	st.RenewedAt = microTime(v.RenewedAt)
+	switch v.Phase {
+	case arbiter.Held:
 		st.FencingToken = d.Grant.Token
 		st.AcquiredAt = &metav1.MicroTime{Time: d.Grant.AcquiredAt}
-		if !v.ExpiresAt.IsZero() {
-			st.ExpiresAt = &metav1.MicroTime{Time: v.ExpiresAt}
-		}
+		st.QueuedAt = nil
+	case arbiter.Waiting:
+		st.QueuedAt = microTime(v.QueuedAt)
 	}
 	if v.Phase.IsTerminal() && st.FinishedAt == nil {
 		st.FinishedAt = &metav1.MicroTime{Time: now}
@@ -45,9 +59,42 @@ func desiredStatus(bl *buildlockv1.BuildLock, v arbiter.Verdict, d arbiter.Decis
 		Type:               buildlockv1.ConditionAcquired,
 		Status:             acquired,
 		Reason:             v.Reason,
-		Message:            v.Message,
+		Message:            message,
 		ObservedGeneration: bl.Generation,
 		LastTransitionTime: metav1.NewTime(now.Truncate(time.Second)),
 	})
 	return st, !equality.Semantic.DeepEqual(st, bl.Status)
+}
+
+// fallbackStatus is status with every free text replaced by a fixed
+// sentence, for when the API server refused status as invalid: the verdict
+// is recorded even if its message cannot be.
+func fallbackStatus(status buildlockv1.BuildLockStatus) buildlockv1.BuildLockStatus {
+	st := *status.DeepCopy()
+	st.Message = "The operator's message for this claim was refused by the API server; the phase and reason stand."
+	for i := range st.Conditions {
+		st.Conditions[i].Message = st.Message
+	}
+	return st
+}
+
+func microTime(t time.Time) *metav1.MicroTime {
+	if t.IsZero() {
+		return nil
+	}
+	return &metav1.MicroTime{Time: t}
+}
+
+// truncate cuts s to at most n bytes on a rune boundary, marking a cut with
+// "…".
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const mark = "…"
+	cut := n - len(mark)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + mark
 }

@@ -49,6 +49,9 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred(), "starting envtest; run `make envtest` to build bin/k8s/%s", testenv.K8sVersion)
 	Expect(cfg).NotTo(BeNil())
 
+	By("installing the enforcement admission policies, as the chart does with enforcement.enabled")
+	Expect(testenv.InstallEnforcement(ctx, cfg)).To(Succeed())
+
 	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
 	Expect(k8sClient).NotTo(BeNil())

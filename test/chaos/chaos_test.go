@@ -355,7 +355,7 @@ func (h *harness) startManager(ctx context.Context, skew time.Duration, freezePo
 	}
 	opts := testenv.ManagerOptions{
 		Clock:       skewClock{base: h.clock, skew: skew},
-		Interceptor: h.faults.interceptor(m),
+		NewClient:   testenv.InterceptClient(*h.faults.interceptor(m)),
 		Decide:      h.faults.decide(m),
 		FinishedTTL: h.o.ttl,
 		Workers:     workers,

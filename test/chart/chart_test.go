@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -32,7 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
-	"github.com/buildlock/buildlock/hack/localcluster/cluster"
+	"github.com/buildlock/buildlock/internal/localcluster"
 )
 
 const (
@@ -56,10 +55,7 @@ func TestChart(t *testing.T) {
 	h := requireHelm(t)
 	manager := buildManager(t)
 	// Prometheus's ServiceAccount may read the metrics (metrics.readers).
-	// Until the manager knows --metrics-secure (pendingFlags), the chart is
-	// installed with plain HTTP metrics, as the manager serves them.
 	values := []string{
-		"--set", fmt.Sprintf("metrics.secure=%t", knowsFlag(t, manager, "--metrics-secure")),
 		"--set", "metrics.readers[0].kind=ServiceAccount", "--set", "metrics.readers[0].name=prometheus",
 		"--set", "metrics.readers[0].namespace=monitoring",
 	}
@@ -145,16 +141,12 @@ func TestChart(t *testing.T) {
 		g.Expect(asPipeline.Create(ctx, waiter)).To(Succeed())
 		g.Eventually(phaseOf(ctx, admin, waiter.Name)).Should(Equal("Waiting"))
 
-		prometheus := ""
-		if mgr.secure {
-			prometheus = serviceAccountToken(ctx, g, admin, "monitoring", "prometheus")
-			stranger := serviceAccountToken(ctx, g, admin, "monitoring", "stranger")
-			for token, want := range map[string]int{"": http.StatusUnauthorized, stranger: http.StatusForbidden} {
-				code, body := mgr.scrape(g, token)
-				g.Expect(code).To(Equal(want), "a scrape without the right to get /metrics: %s", body)
-			}
-		} else {
-			t.Log("PENDING: the manager serves plain HTTP metrics; authentication and authorization are checked once it knows --metrics-secure")
+		g.Expect(mgr.secure).To(BeTrue(), "the chart's default: metrics.secure")
+		prometheus := serviceAccountToken(ctx, g, admin, "monitoring", "prometheus")
+		stranger := serviceAccountToken(ctx, g, admin, "monitoring", "stranger")
+		for token, want := range map[string]int{"": http.StatusUnauthorized, stranger: http.StatusForbidden} {
+			code, body := mgr.scrape(g, token)
+			g.Expect(code).To(Equal(want), "a scrape without the right to get /metrics: %s", body)
 		}
 		var body string
 		g.Eventually(func(g Gomega) {
@@ -166,13 +158,7 @@ func TestChart(t *testing.T) {
 
 		exposed := exposedMetrics(body)
 		for _, name := range alertMetrics(t, h) {
-			switch {
-			case exposed[name]:
-			case slices.Contains(pendingMetrics, name):
-				t.Logf("PENDING: the manager does not expose %s yet (the lead adds it); the alerts use it", name)
-			default:
-				t.Errorf("the alerts use %s, which the manager does not expose", name)
-			}
+			g.Expect(exposed).To(HaveKey(name), "the alerts use %s, which the manager does not expose", name)
 		}
 		g.Expect(asPipeline.Delete(ctx, waiter)).To(Succeed())
 	})
@@ -195,7 +181,6 @@ func TestChart(t *testing.T) {
 			{Verb: "create", Group: "buildlock.io", Resource: "buildlocks", Namespace: pipelineNS},
 			{Verb: "update", Group: "buildlock.io", Resource: "buildlocks", Namespace: pipelineNS},
 			{Verb: "patch", Group: "buildlock.io", Resource: "buildlocks", Namespace: pipelineNS},
-			{Verb: "delete", Group: "coordination.k8s.io", Resource: "leases", Namespace: pipelineNS},
 			{Verb: "get", Group: "apps", Resource: "deployments", Namespace: pipelineNS},
 			{Verb: "create", Group: "rbac.authorization.k8s.io", Resource: "rolebindings", Namespace: pipelineNS},
 			{Verb: "update", Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"},
@@ -274,6 +259,51 @@ func TestChart(t *testing.T) {
 
 	mgr.stop(t)
 
+	t.Run("with watchNamespaces the manager's rules on cluster-scoped resources are bound cluster-wide", func(t *testing.T) {
+		g := NewWithT(t)
+		disc, err := discovery.NewDiscoveryClientForConfig(c.Config)
+		g.Expect(err).NotTo(HaveOccurred())
+		lists, err := disc.ServerPreferredResources()
+		g.Expect(err).NotTo(HaveOccurred())
+		namespaced := map[string]bool{} // "group/resource"
+		for _, list := range lists {
+			gv, err := schema.ParseGroupVersion(list.GroupVersion)
+			g.Expect(err).NotTo(HaveOccurred())
+			for _, r := range list.APIResources {
+				namespaced[gv.Group+"/"+r.Name] = r.Namespaced
+			}
+		}
+		var role rbacv1.ClusterRole
+		readYAML(t, "config/rbac/role.yaml", &role)
+		var want []string
+		for _, r := range role.Rules {
+			for _, group := range r.APIGroups {
+				for _, resource := range r.Resources {
+					base, _, _ := strings.Cut(resource, "/") // a subresource has its resource's scope
+					scoped, known := namespaced[group+"/"+base]
+					g.Expect(known).To(BeTrue(), "the API server serves no %s/%s", group, resource)
+					if !scoped {
+						want = append(want, group+"/"+resource)
+					}
+				}
+			}
+		}
+		var got []string
+		objs := parseObjects(t, h.template(t, "--set", "watchNamespaces={"+pipelineNS+"}"))
+		if len(want) > 0 {
+			var cluster rbacv1.ClusterRole
+			find(t, objs, "ClusterRole", "buildlock-manager-cluster", &cluster)
+			for _, r := range cluster.Rules {
+				for _, group := range r.APIGroups {
+					for _, resource := range r.Resources {
+						got = append(got, group+"/"+resource)
+					}
+				}
+			}
+		}
+		g.Expect(got).To(ConsistOf(want), "buildlock.clusterScopedManagerRules must pick exactly the cluster-scoped resources of role.yaml")
+	})
+
 	t.Run("with watchNamespaces the manager works on RoleBindings alone", func(t *testing.T) {
 		g := newG(t)
 		values := append(values, "--set", "watchNamespaces={"+pipelineNS+"}")
@@ -332,7 +362,7 @@ func asServiceAccount(cfg *rest.Config, namespace, name string) *rest.Config {
 // bindPipeline creates the pipeline's ServiceAccount in pipelineNS, binds
 // it there to the buildlock-pipeline ClusterRole (the chart's and
 // config/rbac's), and returns a client acting as it.
-func bindPipeline(ctx context.Context, g Gomega, c *cluster.Cluster, admin client.Client) client.Client {
+func bindPipeline(ctx context.Context, g Gomega, c *localcluster.Cluster, admin client.Client) client.Client {
 	g.Expect(admin.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: pipelineNS, Name: pipelineSA}})).To(Succeed())
 	g.Expect(admin.Create(ctx, &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Namespace: pipelineNS, Name: "pipeline-buildlock"},
@@ -347,7 +377,7 @@ func bindPipeline(ctx context.Context, g Gomega, c *cluster.Cluster, admin clien
 // serverDryRun applies manifests with `kubectl apply --dry-run=server`: the
 // API server validates and admits every object (schemas, Pod Security)
 // without keeping them. A refusal or a warning fails the test.
-func serverDryRun(t *testing.T, c *cluster.Cluster, manifests string) {
+func serverDryRun(t *testing.T, c *localcluster.Cluster, manifests string) {
 	t.Helper()
 	cmd := c.Kubectl(t.Context(), "apply", "--dry-run=server", "-f", "-")
 	cmd.Stdin = strings.NewReader(manifests)

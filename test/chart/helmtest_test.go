@@ -11,7 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/buildlock/buildlock/hack/localcluster/cluster"
+	"github.com/buildlock/buildlock/internal/localcluster"
 )
 
 // helmTest runs `helm test` on the release and stands in for the kubelet,
@@ -21,7 +21,7 @@ import (
 // to metrics-reader, and reports the outcome as the Pod's phase. Only the
 // URL differs: the running manager's address instead of the Service's,
 // which has no endpoints here.
-func helmTest(t *testing.T, h *helmRunner, c *cluster.Cluster, admin client.Client, mgr *runningManager) {
+func helmTest(t *testing.T, h *helmRunner, c *localcluster.Cluster, admin client.Client, mgr *runningManager) {
 	t.Helper()
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Skip("curl is not installed; the helm test Pod's command needs it")

@@ -26,7 +26,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/buildlock/buildlock/hack/localcluster/cluster"
+	"github.com/buildlock/buildlock/internal/localcluster"
 	"github.com/buildlock/buildlock/internal/testenv"
 )
 
@@ -165,9 +165,9 @@ func readYAML(t *testing.T, rel string, out any) {
 // startCluster starts a local control plane without the CRDs (the chart or
 // the installer under test installs them), stopped when the test ends, and
 // returns it with an administrator's client.
-func startCluster(t *testing.T) (*cluster.Cluster, client.Client) {
+func startCluster(t *testing.T) (*localcluster.Cluster, client.Client) {
 	t.Helper()
-	c, err := cluster.Start(cluster.Options{WithoutCRDs: true})
+	c, err := localcluster.Start(localcluster.Options{WithoutCRDs: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,14 +16,14 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/buildlock/buildlock/hack/localcluster/cluster"
+	"github.com/buildlock/buildlock/internal/localcluster"
 )
 
 // installer renders the installer without Helm as `make deploy` and `make
 // build-installer` do (hack/installer.sh), with image.
 func installer(t *testing.T, image string) string {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(repoRoot(t), "hack", "installer.sh"), cluster.KubectlPath(repoRoot(t)), image)
+	cmd := exec.Command(filepath.Join(repoRoot(t), "hack", "installer.sh"), localcluster.KubectlPath(repoRoot(t)), image)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -74,7 +74,7 @@ func TestInstallWithoutHelm(t *testing.T) {
 
 	t.Run("config/prometheus scrapes the metrics Service over HTTPS with a token", func(t *testing.T) {
 		g := NewWithT(t)
-		out, err := exec.Command(cluster.KubectlPath(repoRoot(t)), "kustomize", filepath.Join(repoRoot(t), "config", "prometheus")).Output()
+		out, err := exec.Command(localcluster.KubectlPath(repoRoot(t)), "kustomize", filepath.Join(repoRoot(t), "config", "prometheus")).Output()
 		g.Expect(err).NotTo(HaveOccurred())
 		var sm monitoringv1.ServiceMonitor
 		strictly(t, findObj(t, parseObjects(t, string(out)), "ServiceMonitor", "buildlock"), &sm)
@@ -126,15 +126,13 @@ func TestInstallWithoutHelm(t *testing.T) {
 		g := newG(t)
 		handOff(ctx, g, admin, asPipeline, "staging", 7)
 
-		token := ""
-		if mgr.secure {
-			g.Expect(admin.Create(ctx, &rbacv1.ClusterRoleBinding{
-				ObjectMeta: metav1.ObjectMeta{Name: "prometheus-buildlock-metrics"},
-				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "buildlock-metrics-reader"},
-				Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: releaseNS, Name: "prometheus"}},
-			})).To(Succeed())
-			token = serviceAccountToken(ctx, g, admin, releaseNS, "prometheus")
-		}
+		g.Expect(mgr.secure).To(BeTrue(), "config/manager serves metrics securely")
+		g.Expect(admin.Create(ctx, &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "prometheus-buildlock-metrics"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "buildlock-metrics-reader"},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: releaseNS, Name: "prometheus"}},
+		})).To(Succeed())
+		token := serviceAccountToken(ctx, g, admin, releaseNS, "prometheus")
 		g.Eventually(func(g Gomega) {
 			code, body := mgr.scrape(g, token)
 			g.Expect(code).To(Equal(http.StatusOK), body)

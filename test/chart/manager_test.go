@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -26,62 +25,9 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/buildlock/buildlock/hack/localcluster/cluster"
+	"github.com/buildlock/buildlock/internal/localcluster"
 	"github.com/buildlock/buildlock/internal/testenv"
 )
-
-// pendingFlags are manager flags the chart and config/manager render that
-// the lead adds to cmd/manager in the same change (issue 15). Until the
-// manager knows one, startManager drops it and says so; once every one is
-// known, empty this list.
-var pendingFlags = []string{"--metrics-secure", "--grant-retention"}
-
-// pendingMetrics are metrics the alerts use that the lead adds to the
-// manager in the same change (issue 15); the test says which the manager
-// does not expose yet instead of failing. Once it exposes them all, empty
-// this list.
-var pendingMetrics = []string{
-	"buildlock_lock_hold_age_seconds", "buildlock_lock_wait_age_seconds", "buildlock_grant_write_errors_total",
-}
-
-var flagLine = regexp.MustCompile(`(?m)^\s+-(-?[a-z][a-z0-9-]*)`)
-
-// managerFlags returns the flags the manager binary knows, from its -help.
-func managerFlags(t *testing.T, bin string) map[string]bool {
-	t.Helper()
-	out, _ := exec.Command(bin, "-help").CombinedOutput() // exits 0 or 2 depending on the flag package's mode
-	flags := map[string]bool{}
-	for _, m := range flagLine.FindAllStringSubmatch(string(out), -1) {
-		flags["--"+strings.TrimPrefix(m[1], "-")] = true
-	}
-	if !flags["--leader-elect"] {
-		t.Fatalf("cannot read the manager's flags from %s -help:\n%s", bin, out)
-	}
-	return flags
-}
-
-// knowsFlag reports whether the manager binary knows flag (--name).
-func knowsFlag(t *testing.T, bin, flag string) bool {
-	t.Helper()
-	return managerFlags(t, bin)[flag]
-}
-
-// withoutPendingFlags drops from args the pendingFlags the manager binary
-// does not know yet, and logs them.
-func withoutPendingFlags(t *testing.T, bin string, args []string) []string {
-	t.Helper()
-	known := managerFlags(t, bin)
-	var out []string
-	for _, a := range args {
-		name, _, _ := strings.Cut(a, "=")
-		if slices.Contains(pendingFlags, name) && !known[name] {
-			t.Logf("PENDING: the manager does not know %s yet (the lead adds it); running without %q", name, a)
-			continue
-		}
-		out = append(out, a)
-	}
-	return out
-}
 
 // chartArgs returns the manager's arguments as the chart's Deployment sets
 // them.
@@ -111,17 +57,17 @@ type runningManager struct {
 func startManager(t *testing.T, bin string, args []string, cfg *rest.Config) *runningManager {
 	t.Helper()
 	kubeconfig := filepath.Join(t.TempDir(), "manager.kubeconfig")
-	if err := cluster.WriteKubeconfig(kubeconfig, cfg, &cfg.Impersonate); err != nil {
+	if err := localcluster.WriteKubeconfig(kubeconfig, cfg, &cfg.Impersonate); err != nil {
 		t.Fatal(err)
 	}
 	m := &runningManager{done: make(chan error, 1), logs: &testenv.SyncBuffer{}, metricsAddr: freeAddr(t), probeAddr: freeAddr(t)}
-	args = append(withoutPendingFlags(t, bin, args),
+	args = append(args,
 		"--metrics-bind-address="+m.metricsAddr,
 		"--health-probe-bind-address="+m.probeAddr,
 		"--leader-election-namespace="+releaseNS,
 	)
-	// --metrics-secure defaults to true in the manager that knows it.
-	m.secure = knowsFlag(t, bin, "--metrics-secure") && !slices.Contains(args, "--metrics-secure=false")
+	// --metrics-secure defaults to true.
+	m.secure = !slices.Contains(args, "--metrics-secure=false")
 	m.cmd = exec.Command(bin, args...)
 	m.cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
 	m.cmd.Stdout, m.cmd.Stderr = m.logs, m.logs

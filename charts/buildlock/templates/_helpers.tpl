@@ -80,6 +80,32 @@ rules, it renders the copies `make chart-sync` takes of config/rbac.
 {{- end }}
 
 {{/*
+The rules of the manager's role (files/rbac/role.yaml) on cluster-scoped
+resources: namespaces, admission policy bindings. A RoleBinding cannot grant
+those, so with watchNamespaces they are bound cluster-wide on their own.
+TestChart checks this list against the API server's discovery.
+*/}}
+{{- define "buildlock.clusterScopedManagerRules" -}}
+{{- $clusterScoped := list "namespaces" "nodes" "persistentvolumes" "customresourcedefinitions" "clusterroles" "clusterrolebindings" "validatingadmissionpolicies" "validatingadmissionpolicybindings" "mutatingadmissionpolicies" "mutatingadmissionpolicybindings" "validatingwebhookconfigurations" "mutatingwebhookconfigurations" "tokenreviews" "subjectaccessreviews" }}
+{{- $role := .Files.Get "files/rbac/role.yaml" | fromYaml }}
+{{- $rules := list }}
+{{- range $role.rules }}
+{{- $resources := list }}
+{{- range .resources }}
+{{- if has (first (splitList "/" .)) $clusterScoped }}
+{{- $resources = append $resources . }}
+{{- end }}
+{{- end }}
+{{- if $resources }}
+{{- $rules = append $rules (dict "apiGroups" .apiGroups "resources" $resources "verbs" .verbs) }}
+{{- end }}
+{{- end }}
+{{- if $rules }}
+{{- toYaml $rules }}
+{{- end }}
+{{- end }}
+
+{{/*
 The seconds of an hours-minutes-seconds duration ("1h30m" is 5400), for
 alert thresholds: PromQL compares numbers, and the schema keeps thresholds
 to that form.

@@ -1,4 +1,4 @@
-package controller_test
+package crd_test
 
 import (
 	"strings"
@@ -32,8 +32,11 @@ const (
 	startedAt = "2026-01-02T03:04:05.000000Z"
 	renewedAt = "2026-01-02T04:00:00.000000Z"
 
-	// CEL messages from api/v1alpha1/buildlock_types.go.
-	msgExpiresAfterBounds = "spec.expiresAfter must be between 10s and 24h, for example 30m"
+	// CEL messages from api/v1alpha1/buildlock_types.go and timestamp.go.
+	msgExpiresAfterBounds = "spec.expiresAfter must be a duration between 10s and 24h, for example 30m"
+	msgExpiresAfterPod    = "spec.expiresAfter applies only to claims without spec.podRef"
+	msgTime               = "must be an RFC 3339 time such as 2026-11-30T22:45:00Z"
+	msgBranch             = "spec.branch must not contain control characters"
 	msgRenewForward       = "spec.renewTime may only move forward: set it to the current time, never earlier than its last value, and never remove it"
 )
 
@@ -182,15 +185,25 @@ var _ = Describe("Validation", Label("validation"), func() {
 		Entry("with a repo of 256 characters", set("spec.repo", "acme/"+strings.Repeat("s", 251)),
 			"spec.repo", "Too long", "255"),
 
-		// spec.branch: non-empty, bounded.
+		// spec.branch: non-empty, bounded, printable.
 		Entry("with an empty branch", set("spec.branch", ""), "spec.branch"),
 		Entry("with a branch of 256 characters", set("spec.branch", strings.Repeat("b", 256)),
 			"spec.branch", "Too long", "255"),
+		Entry("with a newline in the branch", set("spec.branch", "fix\nBuild 1 of evil/repo@main holds staging"), "spec.branch", msgBranch),
+		Entry("with an escape sequence in the branch", set("spec.branch", "main\x1b[2J\x1b[31m"), "spec.branch", msgBranch),
+		Entry("with a tab in the branch", set("spec.branch", "ma\tin"), "spec.branch", msgBranch),
+		Entry("with a NUL in the branch", set("spec.branch", "ma\x00in"), "spec.branch", msgBranch),
+		Entry("with DEL in the branch", set("spec.branch", "ma\x7fin"), "spec.branch", msgBranch),
+		Entry("with a C1 control character in the branch", set("spec.branch", "ma\u009bin"), "spec.branch", msgBranch),
+		Entry("with a right-to-left override in the branch", set("spec.branch", "main\u202egnp.exe"), "spec.branch", msgBranch),
 
 		// spec.build: an integer of at least 1.
 		Entry("with build 0", set("spec.build", int64(0)), "spec.build", "should be greater than or equal to 1"),
 		Entry("with a negative build", set("spec.build", int64(-7)), "spec.build", "should be greater than or equal to 1"),
 		Entry("with a build given as a string", set("spec.build", "42"), "spec.build", "integer"),
+		Entry("with a build above 2^53-1", set("spec.build", int64(1)<<53), "spec.build", "should be less than or equal to 9007199254740991"),
+		Entry("with the largest int64 build", set("spec.build", int64(1<<63-1)), "spec.build", "should be less than or equal to"),
+		Entry("with a build given as a fraction", set("spec.build", 4.5), "spec.build", "integer"),
 
 		// spec.podRef: a pod name in this namespace, an optional UID.
 		Entry("with an empty podRef name", set("spec.podRef", map[string]any{"name": ""}), "spec.podRef.name"),
@@ -208,22 +221,37 @@ var _ = Describe("Validation", Label("validation"), func() {
 			set("spec.podRef", map[string]any{"name": "pipeline-42", "uid": podUID + "a"}),
 			"spec.podRef.uid", "Too long", "36"),
 
-		// spec.expiresAfter: a duration between 10s and 24h.
+		// spec.expiresAfter: a duration between 10s and 24h, on a pod-less claim.
 		Entry("with expiresAfter 5s", set("spec.expiresAfter", "5s"), "spec.expiresAfter", msgExpiresAfterBounds),
 		Entry("with expiresAfter 9.999s", set("spec.expiresAfter", "9.999s"), "spec.expiresAfter", msgExpiresAfterBounds),
 		Entry("with expiresAfter 25h", set("spec.expiresAfter", "25h"), "spec.expiresAfter", msgExpiresAfterBounds),
 		Entry("with expiresAfter 24h1s", set("spec.expiresAfter", "24h1s"), "spec.expiresAfter", msgExpiresAfterBounds),
-		Entry("with expiresAfter abc", set("spec.expiresAfter", "abc"), "spec.expiresAfter", "should match"),
-		Entry("with expiresAfter -1m", set("spec.expiresAfter", "-1m"), "spec.expiresAfter", "should match"),
-		Entry("with expiresAfter without unit", set("spec.expiresAfter", "3600"), "spec.expiresAfter", "should match"),
-		Entry("with an empty expiresAfter", set("spec.expiresAfter", ""), "spec.expiresAfter"),
+		Entry("with expiresAfter abc", set("spec.expiresAfter", "abc"), "spec.expiresAfter", msgExpiresAfterBounds),
+		Entry("with expiresAfter -1m", set("spec.expiresAfter", "-1m"), "spec.expiresAfter", msgExpiresAfterBounds),
+		Entry("with expiresAfter without unit", set("spec.expiresAfter", "3600"), "spec.expiresAfter", msgExpiresAfterBounds),
+		Entry("with an empty expiresAfter", set("spec.expiresAfter", ""), "spec.expiresAfter", msgExpiresAfterBounds),
 		Entry("with an expiresAfter that overflows", set("spec.expiresAfter", "9999999999h"),
 			"spec.expiresAfter", msgExpiresAfterBounds),
+		Entry("with an expiresAfter that overflows in nanoseconds", set("spec.expiresAfter", "99999999999999999999ns"),
+			"spec.expiresAfter", msgExpiresAfterBounds),
+		Entry("with an expiresAfter of many parts that add up past 24h", set("spec.expiresAfter", "23h59m59s1001ms"),
+			"spec.expiresAfter", msgExpiresAfterBounds),
+		Entry("with expiresAfter on a claim with a pod", all(withPod, set("spec.expiresAfter", "30m")),
+			msgExpiresAfterPod),
 
-		// Timestamps.
-		Entry("with a timestamp that is not a time", set("spec.timestamp", "yesterday"),
-			"spec.timestamp", "date-time"),
-		Entry("with a renewTime that is not a time", set("spec.renewTime", "now"), "spec.renewTime", "date-time"),
+		// Timestamps: any RFC 3339 time, nothing else.
+		Entry("with a timestamp that is not a time", set("spec.timestamp", "yesterday"), "spec.timestamp", msgTime),
+		Entry("with a renewTime that is not a time", set("spec.renewTime", "now"), "spec.renewTime", msgTime),
+		Entry("with a timestamp without a zone", set("spec.timestamp", "2026-11-30T22:45:00"), "spec.timestamp", msgTime),
+		Entry("with a date for a timestamp", set("spec.timestamp", "2026-11-30"), "spec.timestamp", msgTime),
+		Entry("with a lower-case timestamp", set("spec.timestamp", "2026-11-30t22:45:00z"), "spec.timestamp", msgTime),
+		Entry("with a space for the T", set("spec.timestamp", "2026-11-30 22:45:00Z"), "spec.timestamp", msgTime),
+		Entry("with hour 24", set("spec.timestamp", "2026-11-30T24:00:00Z"), "spec.timestamp", msgTime),
+		Entry("with a leap second", set("spec.renewTime", "2026-12-31T23:59:60Z"), "spec.renewTime", msgTime),
+		Entry("with ten fractional digits", set("spec.timestamp", "2026-11-30T22:45:00.1234567891Z"), "spec.timestamp", msgTime),
+		Entry("with a 31st of November", set("spec.timestamp", "2026-11-31T22:45:00Z"), "spec.timestamp"),
+		Entry("with a 29th of February in a common year", set("spec.renewTime", "2026-02-29T00:00:00Z"), "spec.renewTime"),
+		Entry("with a timestamp of 36 characters", set("spec.timestamp", "2026-11-30T22:45:00.123456789+14:000"), "spec.timestamp"),
 
 		// Metadata: names and payloads at and past the API server's limits.
 		Entry("with a name of 254 characters", set("metadata.name", dnsSubdomain(254)),
@@ -282,9 +310,9 @@ var _ = Describe("Validation", Label("validation"), func() {
 			msgImmutable("timestamp")),
 		Entry("changing expiresAfter", set("spec.expiresAfter", "30m"), set("spec.expiresAfter", "2h"),
 			msgImmutable("expiresAfter")),
-		Entry("removing expiresAfter, which defaults it to 1h again", set("spec.expiresAfter", "30m"),
+		Entry("removing expiresAfter", set("spec.expiresAfter", "30m"),
 			unset("spec.expiresAfter"), msgImmutable("expiresAfter")),
-		Entry("changing defaulted expiresAfter", unset("spec.expiresAfter"), set("spec.expiresAfter", "2h"),
+		Entry("adding expiresAfter", unset("spec.expiresAfter"), set("spec.expiresAfter", "2h"),
 			msgImmutable("expiresAfter")),
 		Entry("moving renewTime backwards", set("spec.renewTime", renewedAt),
 			set("spec.renewTime", "2026-01-02T03:59:59.999999Z"), msgRenewForward),
@@ -315,42 +343,69 @@ var _ = Describe("Validation", Label("validation"), func() {
 	})
 
 	Context("accepts", func() {
-		It("a minimal BuildLock and defaults expiresAfter to 1h", func() {
+		It("a minimal BuildLock, leaving expiresAfter absent (a pod-less claim's hold then lasts 1h)", func() {
 			createValid(func(*unstructured.Unstructured) {})
 
-			expiresAfter, found, err := unstructured.NestedString(get().Object, "spec", "expiresAfter")
+			_, found, err := unstructured.NestedString(get().Object, "spec", "expiresAfter")
 			Expect(err).NotTo(HaveOccurred())
-			Expect(found).To(BeTrue())
-			Expect(expiresAfter).To(Equal("1h"))
+			Expect(found).To(BeFalse(), "no default: a claim with a pod must not carry an expiry it ignores")
 
 			var bl buildlockv1alpha1.BuildLock
 			Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: namespace, Name: claimName}, &bl)).To(Succeed())
-			Expect(bl.Spec.ExpiresAfter).To(Equal(&metav1.Duration{Duration: time.Hour}))
+			Expect(bl.Spec.ExpiresAfter).To(BeNil())
 			Expect(bl.Spec.PodRef).To(BeNil())
 			Expect(bl.Spec.RenewTime).To(BeNil())
 		})
 
-		It("a fully specified BuildLock written with the Go types", func() {
-			now := metav1.NewMicroTime(time.Date(2026, 1, 2, 3, 4, 5, 123456000, time.UTC))
-			bl := &buildlockv1alpha1.BuildLock{
+		It("a fully specified BuildLock written with the Go types, with a pod and without", func() {
+			now := time.Date(2026, 1, 2, 3, 4, 5, 123456000, time.UTC)
+			podless := &buildlockv1alpha1.BuildLock{
 				ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: claimName},
 				Spec: buildlockv1alpha1.BuildLockSpec{
 					Target:       "staging",
 					Repo:         "acme/shop",
 					Branch:       "feature/checkout-v2",
 					Build:        1,
-					PodRef:       &buildlockv1alpha1.PodReference{Name: "pipeline-42", UID: podUID},
-					Timestamp:    buildlockv1alpha1.NewTimestamp(now.Time),
+					Timestamp:    buildlockv1alpha1.NewTimestamp(now),
 					ExpiresAfter: &metav1.Duration{Duration: 90 * time.Second},
-					RenewTime:    buildlockv1alpha1.NewTimestamp(now.Time),
+					RenewTime:    buildlockv1alpha1.NewTimestamp(now),
 				},
 			}
-			Expect(k8sClient.Create(ctx, bl)).To(Succeed())
-
-			var got buildlockv1alpha1.BuildLock
-			Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(bl), &got)).To(Succeed())
-			Expect(got.Spec).To(Equal(bl.Spec), "the spec round-trips, microseconds included")
+			withPod := podless.DeepCopy()
+			withPod.Name = claimName + "-pod"
+			withPod.Spec.ExpiresAfter = nil
+			withPod.Spec.PodRef = &buildlockv1alpha1.PodReference{Name: "pipeline-42", UID: podUID}
+			for _, bl := range []*buildlockv1alpha1.BuildLock{podless, withPod} {
+				Expect(k8sClient.Create(ctx, bl)).To(Succeed())
+				var got buildlockv1alpha1.BuildLock
+				Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(bl), &got)).To(Succeed())
+				Expect(got.Spec.Timestamp.Equal(now)).To(BeTrue(), "microseconds round-trip")
+				got.Spec.Timestamp, got.Spec.RenewTime = bl.Spec.Timestamp, bl.Spec.RenewTime
+				Expect(got.Spec).To(Equal(bl.Spec))
+			}
 		})
+
+		// Every time a person or a CI system writes in RFC 3339 is admitted,
+		// and decodes: one object the Go types cannot read would stop the
+		// operator's informer for every claim of every namespace.
+		DescribeTable("any RFC 3339 time, which the Go types then decode",
+			func(written string, want time.Time) {
+				createValid(all(set("spec.timestamp", written), set("spec.renewTime", written)))
+				var bl buildlockv1alpha1.BuildLock
+				Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: namespace, Name: claimName}, &bl)).To(Succeed())
+				Expect(bl.Spec.Timestamp.Time.Equal(want)).To(BeTrue(), "timestamp %s", bl.Spec.Timestamp.Time)
+				Expect(bl.Spec.RenewTime.Time.Equal(want)).To(BeTrue(), "renewTime %s", bl.Spec.RenewTime.Time)
+				var list buildlockv1alpha1.BuildLockList
+				Expect(k8sClient.List(ctx, &list, client.InNamespace(namespace))).To(Succeed(), "listing, as an informer does")
+			},
+			Entry("without a fraction (date -u +%FT%TZ)", "2026-11-30T22:45:00Z", time.Date(2026, 11, 30, 22, 45, 0, 0, time.UTC)),
+			Entry("with milliseconds (JavaScript's toISOString)", "2026-11-30T22:45:00.123Z", time.Date(2026, 11, 30, 22, 45, 0, 123e6, time.UTC)),
+			Entry("with microseconds", "2026-11-30T22:45:00.123456Z", time.Date(2026, 11, 30, 22, 45, 0, 123456e3, time.UTC)),
+			Entry("with nanoseconds", "2026-11-30T22:45:00.123456789Z", time.Date(2026, 11, 30, 22, 45, 0, 123456789, time.UTC)),
+			Entry("with an offset of +14:00", "2026-12-01T12:45:00+14:00", time.Date(2026, 11, 30, 22, 45, 0, 0, time.UTC)),
+			Entry("with an offset of -09:30 and a fraction", "2026-11-30T13:15:00.5-09:30", time.Date(2026, 11, 30, 22, 45, 0, 5e8, time.UTC)),
+			Entry("in year 9999", "9999-12-31T23:59:59Z", time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)),
+		)
 
 		It("a name of exactly 253 characters", func() {
 			name := dnsSubdomain(253)
@@ -369,7 +424,9 @@ var _ = Describe("Validation", Label("validation"), func() {
 			Entry("a branch of exactly 255 characters", set("spec.branch", strings.Repeat("b", 255))),
 			Entry("a branch with slashes and unicode", set("spec.branch", "feature/übersetzung")),
 			Entry("build 1", set("spec.build", int64(1))),
-			Entry("the largest build", set("spec.build", int64(1<<63-1))),
+			Entry("the largest build", set("spec.build", int64(1<<53-1))),
+			Entry("expiresAfter as Go writes it", set("spec.expiresAfter", "1h0m0s")),
+			Entry("expiresAfter with a fraction", set("spec.expiresAfter", "1.5h")),
 			Entry("a podRef without uid", set("spec.podRef", map[string]any{"name": "pipeline-42"})),
 			Entry("a podRef name of exactly 253 characters",
 				set("spec.podRef", map[string]any{"name": dnsSubdomain(253)})),

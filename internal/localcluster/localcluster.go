@@ -1,9 +1,9 @@
-// Package cluster starts the throwaway control plane of `make run`, `make demo`
+// Package localcluster starts the throwaway control plane of `make run`, `make demo`
 // and the chart test: the etcd and kube-apiserver that the tests use
 // (internal/testenv), with a kubeconfig written to a temporary directory so
 // that kubectl, helm and the manager binary can reach it. Stop stops the
 // control plane and removes every file it wrote.
-package cluster
+package localcluster
 
 import (
 	"context"

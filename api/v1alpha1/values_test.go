@@ -1,0 +1,107 @@
+package v1alpha1_test
+
+import (
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"sigs.k8s.io/yaml"
+
+	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
+)
+
+// readSchema returns the v1alpha1 schema of a generated CRD.
+func readSchema(t *testing.T, file string) apiextensionsv1.JSONSchemaProps {
+	t.Helper()
+	b, err := os.ReadFile("../../config/crd/bases/" + file)
+	if err != nil {
+		t.Fatalf("reading the generated CRD (run `make manifests`): %v", err)
+	}
+	var crd apiextensionsv1.CustomResourceDefinition
+	if err := yaml.UnmarshalStrict(b, &crd); err != nil {
+		t.Fatalf("decoding %s: %v", file, err)
+	}
+	return *crd.Spec.Versions[0].Schema.OpenAPIV3Schema
+}
+
+// rules joins a field's CEL rules, to search them.
+func rules(p apiextensionsv1.JSONSchemaProps) string {
+	var b strings.Builder
+	for _, r := range p.XValidations {
+		b.WriteString(r.Rule)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// TestValuesAreTheCRDs keeps api/v1alpha1's exported values equal to what
+// the CRD (generated from the markers, which must repeat them literally)
+// enforces, so that every client validating with them agrees with the API
+// server.
+func TestValuesAreTheCRDs(t *testing.T) {
+	spec := readSchema(t, "buildlock.io_buildlocks.yaml").Properties["spec"]
+	p := spec.Properties
+	check := func(what string, got, want any) {
+		t.Helper()
+		if got != want {
+			t.Errorf("%s: the CRD has %v, api/v1alpha1 says %v", what, got, want)
+		}
+	}
+	check("target pattern", p["target"].Pattern, buildlockv1.TargetPattern)
+	check("target maxLength", *p["target"].MaxLength, int64(buildlockv1.MaxTargetLength))
+	check("repo pattern", p["repo"].Pattern, buildlockv1.RepoPattern)
+	check("repo minLength", *p["repo"].MinLength, int64(buildlockv1.MinRepoLength))
+	check("repo maxLength", *p["repo"].MaxLength, int64(buildlockv1.MaxRepoLength))
+	check("branch maxLength", *p["branch"].MaxLength, int64(buildlockv1.MaxBranchLength))
+	check("branch rule has the forbidden characters", strings.Contains(rules(p["branch"]), "["+buildlockv1.BranchForbiddenChars+"]"), true)
+	check("build maximum", int64(*p["build"].Maximum), int64(buildlockv1.MaxBuild))
+	pod := p["podRef"].Properties
+	check("podRef.name pattern", pod["name"].Pattern, buildlockv1.PodNamePattern)
+	check("podRef.name maxLength", *pod["name"].MaxLength, int64(buildlockv1.MaxPodNameLength))
+	check("podRef.uid pattern", pod["uid"].Pattern, buildlockv1.PodUIDPattern)
+	check("podRef.uid maxLength", *pod["uid"].MaxLength, int64(buildlockv1.MaxPodUIDLength))
+	expires := rules(p["expiresAfter"])
+	check("expiresAfter rule has the duration pattern", strings.Contains(expires, "r'"+buildlockv1.DurationPattern+"'"), true)
+	check("expiresAfter rule has the bounds", strings.Contains(expires, "duration('"+durationText(buildlockv1.MinExpiresAfter)+"')") &&
+		strings.Contains(expires, "duration('"+durationText(buildlockv1.MaxExpiresAfter)+"')"), true)
+	for _, field := range []string{"timestamp", "renewTime"} {
+		check(field+" rule has the time pattern", strings.Contains(rules(p[field]), "r'"+buildlockv1.TimePattern+"'"), true)
+	}
+	policy := readSchema(t, "buildlock.io_buildlockpolicies.yaml").Properties["spec"].Properties
+	maxHold := rules(policy["maxHold"])
+	check("maxHold rule has the duration pattern", strings.Contains(maxHold, "r'"+buildlockv1.DurationPattern+"'"), true)
+	check("maxHold rule has the bounds", strings.Contains(maxHold, "duration('"+durationText(buildlockv1.MinMaxHold)+"')") &&
+		strings.Contains(maxHold, "duration('"+durationText(buildlockv1.MaxMaxHold)+"')"), true)
+}
+
+// durationText writes d as the markers do: "10s", "24h", "1m", "168h".
+func durationText(d time.Duration) string {
+	switch {
+	case d%time.Hour == 0:
+		return strings.TrimSuffix(d.String(), "0m0s")
+	case d%time.Minute == 0:
+		return strings.TrimSuffix(d.String(), "0s")
+	}
+	return d.String()
+}
+
+// TestPatternsCompile checks the patterns are valid Go regular expressions
+// that accept and refuse what their documentation says.
+func TestPatternsCompile(t *testing.T) {
+	for pattern, cases := range map[string]map[string]bool{
+		buildlockv1.BranchPattern:   {"main": true, "feature/übersetzung": true, "fix\nx": false, "a\x1b[31m": false, "evil\u202etxt": false, "tab\t": false, "": false},
+		buildlockv1.TimePattern:     {"2026-11-30T22:45:00Z": true, "2026-11-30T22:45:00.123456789+14:00": true, "2026-11-30t22:45:00z": false, "2026-11-30T22:45:00": false},
+		buildlockv1.DurationPattern: {"30m": true, "1h0m0s": true, "1.5h": true, "99999999999h": false, "3600": false, "-1m": false},
+		buildlockv1.PodUIDPattern:   {"0f9c4e2a-7b1d-4c3e-9a5f-123456789abc": true, "abc": false},
+	} {
+		re := regexp.MustCompile(pattern)
+		for s, want := range cases {
+			if re.MatchString(s) != want {
+				t.Errorf("%q matching %q: got %v, want %v", pattern, s, !want, want)
+			}
+		}
+	}
+}

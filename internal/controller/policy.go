@@ -1,0 +1,114 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
+	"github.com/buildlock/buildlock/internal/arbiter"
+)
+
+// lockPolicy is how one lock is arbitrated: what its BuildLockPolicy (if
+// any) says, with the operator's flags where the policy is silent, and the
+// Ready condition the policy's status must show.
+type lockPolicy struct {
+	arbiter arbiter.Policy
+	// object is the lock's BuildLockPolicy, nil when it has none.
+	object *buildlockv1.BuildLockPolicy
+	// ready is the Ready condition object's status must have.
+	ready metav1.Condition
+	// enforce is what the policy asks the API server to enforce (nil:
+	// nothing), and enforced the Enforced condition its status must have.
+	enforce  *enforcement
+	enforced metav1.Condition
+}
+
+// lockPolicy reads the lock's BuildLockPolicy from the cache and turns it
+// into the arbiter's policy (policyFor).
+func (r *LockReconciler) lockPolicy(ctx context.Context, lock arbiter.Lock) (lockPolicy, error) {
+	var obj buildlockv1.BuildLockPolicy
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: lock.Namespace, Name: lock.Target}, &obj)
+	switch {
+	case apierrors.IsNotFound(err):
+		return policyFor(nil, lock, r.MaxHold, r.GrantRetention), nil
+	case err != nil:
+		return lockPolicy{}, fmt.Errorf("reading the BuildLockPolicy of target %q in %q: %w", lock.Target, lock.Namespace, err)
+	}
+	return policyFor(&obj, lock, r.MaxHold, r.GrantRetention), nil
+}
+
+// policyFor is how lock is arbitrated under obj (nil: no policy), with the
+// operator's --max-hold and --grant-retention where the policy is silent. A
+// policy the operator cannot apply leaves the lock on NewestWins, and says
+// why in its Ready condition. It has no receiver, to facilitate testing.
+func policyFor(obj *buildlockv1.BuildLockPolicy, lock arbiter.Lock, maxHold, retention time.Duration) lockPolicy {
+	p := lockPolicy{arbiter: arbiter.Policy{Ordering: arbiter.NewestWins, MaxHold: maxHold, LineMemory: retention}}
+	if obj == nil {
+		return p
+	}
+	p.object = obj
+	p.enforce = enforcementOf(obj)
+	p.ready = metav1.Condition{Type: buildlockv1.ConditionReady, ObservedGeneration: obj.Generation}
+	ordering, ok := orderings[obj.Spec.Ordering]
+	if !ok {
+		p.ready.Status, p.ready.Reason = metav1.ConditionFalse, buildlockv1.ReasonInvalidPolicy
+		p.ready.Message = fmt.Sprintf("spec.ordering %q is not an ordering this operator knows (NewestWins, Queue or Fifo); "+
+			"target %s follows NewestWins until the policy is fixed.", obj.Spec.Ordering, lock.Target)
+		return p
+	}
+	p.arbiter.Ordering = ordering
+	if obj.Spec.MaxHold != nil {
+		p.arbiter.MaxHold = obj.Spec.MaxHold.Duration
+	}
+	limit := "no maximum hold"
+	switch {
+	case obj.Spec.MaxHold != nil:
+		limit = "a maximum hold of " + obj.Spec.MaxHold.Duration.String()
+	case maxHold > 0:
+		limit = "the operator's maximum hold of " + maxHold.String()
+	}
+	p.ready.Status, p.ready.Reason = metav1.ConditionTrue, buildlockv1.ReasonApplied
+	p.ready.Message = fmt.Sprintf("BuildLocks for target %s follow the ordering %s, with %s.", lock.Target, ordering, limit)
+	return p
+}
+
+// orderings maps the API's orderings to the arbiter's; "" is the default.
+var orderings = map[buildlockv1.Ordering]arbiter.Ordering{
+	"":                             arbiter.NewestWins,
+	buildlockv1.OrderingNewestWins: arbiter.NewestWins,
+	buildlockv1.OrderingQueue:      arbiter.Queue,
+	buildlockv1.OrderingFifo:       arbiter.Fifo,
+}
+
+// updatePolicyStatus writes the policy's Ready condition when it changed,
+// conditional on the policy being the one it was computed from.
+func (r *LockReconciler) updatePolicyStatus(ctx context.Context, p lockPolicy) error {
+	if p.object == nil {
+		return nil
+	}
+	status := *p.object.Status.DeepCopy()
+	status.ObservedGeneration = p.object.Generation
+	p.ready.LastTransitionTime = metav1.Now()
+	changed := meta.SetStatusCondition(&status.Conditions, p.ready)
+	if p.enforce != nil {
+		p.enforced.LastTransitionTime = p.ready.LastTransitionTime
+		changed = meta.SetStatusCondition(&status.Conditions, p.enforced) || changed
+	} else {
+		changed = meta.RemoveStatusCondition(&status.Conditions, buildlockv1.ConditionEnforced) || changed
+	}
+	if !changed && status.ObservedGeneration == p.object.Status.ObservedGeneration {
+		return nil
+	}
+	updated := p.object.DeepCopy()
+	updated.Status = status
+	if err := r.Client.Status().Update(ctx, updated); err != nil {
+		return fmt.Errorf("writing status of BuildLockPolicy %s/%s: %w", p.object.Namespace, p.object.Name, err)
+	}
+	return nil
+}

@@ -1,0 +1,92 @@
+package controller
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+func request(ns string, k int) reconcile.Request {
+	return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: fmt.Sprintf("target-%d", k)}}
+}
+
+// TestABurstInOneNamespaceDoesNotDelayAnother is the case of the issue: 4,000
+// claims in one namespace queue 2,000 locks; a hand-off in another namespace
+// must come next, not after all of them.
+func TestABurstInOneNamespaceDoesNotDelayAnother(t *testing.T) {
+	q := newFairQueue("test", workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+	defer q.ShutDown()
+	for k := range 2000 {
+		q.Add(request("busy", k))
+	}
+	q.Add(request("quiet", 0))
+	for pops := 1; ; pops++ {
+		req, _ := q.Get()
+		q.Done(req)
+		if req.Namespace == "quiet" {
+			if pops > 2 {
+				t.Fatalf("the quiet namespace's lock came after %d others", pops-1)
+			}
+			return
+		}
+	}
+}
+
+// TestRoundRobinProperties pushes and pops at random: nothing is lost or
+// duplicated, each namespace's requests come in the order they were pushed,
+// and a namespace with pending requests waits at most one turn of every
+// other namespace.
+func TestRoundRobinProperties(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for round := range 200 {
+		q := &roundRobin{pending: map[string][]reconcile.Request{}}
+		pushed := map[string][]reconcile.Request{}
+		popped := map[string]int{}
+		waited := map[string]int{} // pops since the namespace was last served while pending
+		bound := map[string]int{}  // the most namespaces pending during that wait
+		seq := 0
+		for range 500 {
+			if q.Len() == 0 || r.IntN(3) > 0 {
+				ns := fmt.Sprintf("ns-%d", r.IntN(6))
+				req := request(ns, seq)
+				seq++
+				q.Push(req)
+				pushed[ns] = append(pushed[ns], req)
+				continue
+			}
+			pending := 0
+			for ns, reqs := range pushed {
+				if popped[ns] < len(reqs) {
+					pending++
+					waited[ns]++
+				}
+			}
+			for ns := range waited {
+				bound[ns] = max(bound[ns], pending)
+			}
+			req := q.Pop()
+			ns := req.Namespace
+			if want := pushed[ns][popped[ns]]; req != want {
+				t.Fatalf("round %d: popped %v, want %v (first in, first out)", round, req, want)
+			}
+			popped[ns]++
+			waited[ns], bound[ns] = 0, 0
+			for other, n := range waited {
+				if n > bound[other] {
+					t.Fatalf("round %d: %s waited %d pops with at most %d namespaces pending", round, other, n, bound[other])
+				}
+			}
+		}
+		total := 0
+		for ns, reqs := range pushed {
+			total += len(reqs) - popped[ns]
+		}
+		if q.Len() != total {
+			t.Fatalf("round %d: Len %d, want %d", round, q.Len(), total)
+		}
+	}
+}
