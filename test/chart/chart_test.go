@@ -54,8 +54,10 @@ func TestChart(t *testing.T) {
 	}
 	h := requireHelm(t)
 	manager := buildManager(t)
-	// Prometheus's ServiceAccount may read the metrics (metrics.readers).
+	// Prometheus's ServiceAccount may read the metrics (metrics.readers);
+	// the admission policies stamp and check every claim.
 	values := []string{
+		"--set", "enforcement.enabled=true",
 		"--set", "metrics.readers[0].kind=ServiceAccount", "--set", "metrics.readers[0].name=prometheus",
 		"--set", "metrics.readers[0].namespace=monitoring",
 	}
@@ -85,6 +87,7 @@ func TestChart(t *testing.T) {
 		for name, values := range map[string][]string{
 			"defaults":           nil,
 			"watched namespaces": {"--set", "watchNamespaces={ci,team-a}", "--set", "replicaCount=2", "--set", "podDisruptionBudget.enabled=true"},
+			"enforcement":        {"--set", "enforcement.enabled=true"},
 		} {
 			t.Run(name, func(t *testing.T) { serverDryRun(t, c, h.template(t, values...)) })
 		}
@@ -99,6 +102,11 @@ func TestChart(t *testing.T) {
 	for _, crd := range configCRDs(t) {
 		g.Eventually(crdEstablished(ctx, admin, crd.Name)).Should(Succeed(), "helm installs the chart's CRDs")
 	}
+	// The API server compiles the mutating policy against the CRD's schema
+	// a moment after both exist, and refuses BuildLocks until then.
+	g.Eventually(func() error {
+		return admin.Create(ctx, claim("probe", "staging", "acme/probe", 1), client.DryRunAll)
+	}).Should(Succeed(), "the admission policies admit claims")
 
 	asPipeline := bindPipeline(ctx, g, c, admin)
 	managerCfg := asServiceAccount(c.Config, releaseNS, managerSA)
@@ -119,6 +127,10 @@ func TestChart(t *testing.T) {
 		}).Should(Succeed(), "the manager holds the leader-election Lease in the release namespace")
 
 		handOff(ctx, g, admin, asPipeline, "staging", 41)
+		bl := &buildlockv1.BuildLock{}
+		g.Expect(admin.Get(ctx, client.ObjectKey{Namespace: pipelineNS, Name: "shop-main-41"}, bl)).To(Succeed())
+		g.Expect(bl.Spec.Requester).To(HaveValue(HaveField("Username", "system:serviceaccount:"+pipelineNS+":"+pipelineSA)),
+			"enforcement.enabled: the chart's admission policy stamps who created the claim")
 
 		g.Eventually(func(g Gomega) {
 			var events eventsv1.EventList

@@ -305,3 +305,34 @@ func grants(rules []rbacv1.PolicyRule, group, resource, verb string) bool {
 	}
 	return false
 }
+
+// TestRenderedEnforcement: with enforcement.enabled the chart installs
+// exactly the admission policies of config/enforcement (through its copies,
+// which `make verify-chart` compares), and none without.
+func TestRenderedEnforcement(t *testing.T) {
+	h := requireHelm(t)
+	g := NewWithT(t)
+	g.Expect(kinds(parseObjects(t, h.template(t)))).NotTo(HaveKey(HaveSuffix("AdmissionPolicy")))
+
+	var want []map[string]any
+	files, err := filepath.Glob(filepath.Join(repoRoot(t), "config", "enforcement", "*.yaml"))
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, f := range files {
+		if filepath.Base(f) == "kustomization.yaml" {
+			continue
+		}
+		data, err := os.ReadFile(f)
+		g.Expect(err).NotTo(HaveOccurred())
+		for _, o := range parseObjects(t, string(data)) {
+			want = append(want, o.Object)
+		}
+	}
+	g.Expect(want).NotTo(BeEmpty())
+	var got []map[string]any
+	for _, o := range parseObjects(t, h.template(t, "--set", "enforcement.enabled=true")) {
+		if strings.HasPrefix(o.GetAPIVersion(), "admissionregistration.k8s.io/") {
+			got = append(got, o.Object)
+		}
+	}
+	g.Expect(got).To(ConsistOf(want), "the chart's policies must be config/enforcement's; run `make chart-sync`")
+}
