@@ -83,7 +83,7 @@ chart-sync: manifests ## Copy the generated CRDs, the RBAC rules and the admissi
 	@mkdir -p $(CHART_DIR)/files/crds $(CHART_DIR)/files/rbac $(CHART_DIR)/files/enforcement
 	rm -f $(CHART_DIR)/files/crds/*.yaml $(CHART_DIR)/files/rbac/*.yaml $(CHART_DIR)/files/enforcement/*.yaml
 	cp config/crd/bases/*.yaml $(CHART_DIR)/files/crds/
-	cp $(filter-out %/kustomization.yaml,$(wildcard config/enforcement/*.yaml)) $(CHART_DIR)/files/enforcement/
+	cp config/enforcement/*.yaml $(CHART_DIR)/files/enforcement/
 	cp $(addprefix config/rbac/,$(CHART_RBAC_FILES)) $(CHART_DIR)/files/rbac/
 
 .PHONY: docs-values
@@ -105,7 +105,7 @@ lint-chart: $(HELM) ## helm lint --strict the chart, its values schema included.
 .PHONY: verify-chart
 verify-chart: manifests $(HELM) $(PROMTOOL) lint-chart verify-docs ## Fail when the chart's CRDs or RBAC rules differ from config/, its values or alerts are wrong, or helm lint complains.
 	@diff -ru config/crd/bases $(CHART_DIR)/files/crds \
-		&& diff -ru -x kustomization.yaml config/enforcement $(CHART_DIR)/files/enforcement \
+		&& diff -ru -x Kustomization config/enforcement $(CHART_DIR)/files/enforcement \
 		&& for f in $(CHART_RBAC_FILES); do diff -u config/rbac/$$f $(CHART_DIR)/files/rbac/$$f || exit 1; done \
 		&& [ "$$(ls $(CHART_DIR)/files/rbac)" = "$$(printf '%s\n' $(sort $(CHART_RBAC_FILES)))" ] \
 		|| { echo "The chart is out of date with config/; run 'make chart-sync' and commit."; exit 1; }

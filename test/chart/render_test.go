@@ -318,9 +318,6 @@ func TestRenderedEnforcement(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join(repoRoot(t), "config", "enforcement", "*.yaml"))
 	g.Expect(err).NotTo(HaveOccurred())
 	for _, f := range files {
-		if filepath.Base(f) == "kustomization.yaml" {
-			continue
-		}
 		data, err := os.ReadFile(f)
 		g.Expect(err).NotTo(HaveOccurred())
 		for _, o := range parseObjects(t, string(data)) {
