@@ -326,10 +326,21 @@ func TestRenderedEnforcement(t *testing.T) {
 	}
 	g.Expect(want).NotTo(BeEmpty())
 	var got []map[string]any
+	var guard []string
 	for _, o := range parseObjects(t, h.template(t, "--set", "enforcement.enabled=true")) {
-		if strings.HasPrefix(o.GetAPIVersion(), "admissionregistration.k8s.io/") {
+		switch {
+		case strings.HasSuffix(o.GetName(), "-bindings-guard"):
+			guard = append(guard, o.GetKind())
+			if o.GetKind() == "ValidatingAdmissionPolicy" {
+				conditions, _, _ := unstructured.NestedSlice(o.Object, "spec", "matchConditions")
+				g.Expect(conditions).To(ContainElement(HaveKeyWithValue("expression", ContainSubstring(
+					"'system:serviceaccount:buildlock-system:buildlock'"))), "the guard applies to the operator's ServiceAccount")
+			}
+		case strings.HasPrefix(o.GetAPIVersion(), "admissionregistration.k8s.io/"):
 			got = append(got, o.Object)
 		}
 	}
 	g.Expect(got).To(ConsistOf(want), "the chart's policies must be config/enforcement's; run `make chart-sync`")
+	g.Expect(guard).To(ConsistOf("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"),
+		"a guard keeps the operator from binding any other admission policy")
 }
