@@ -11,6 +11,7 @@ K8S_VERSION ?= 1.37.2
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
 HELM_VERSION ?= v3.22.0
 GOLANGCI_LINT_VERSION ?= v2.15.0
+KREW_VERSION ?= v0.4.3
 
 ENVTEST_DIR ?= $(LOCALBIN)/k8s/$(K8S_VERSION)
 KUBE_APISERVER ?= $(ENVTEST_DIR)/kube-apiserver
@@ -19,6 +20,10 @@ KUBECTL ?= $(ENVTEST_DIR)/kubectl
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 HELM ?= $(LOCALBIN)/helm-$(HELM_VERSION)
 GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
+# krew, and its manifest validator: the release's manifest is checked with
+# them (hack/dist's test, in `make test`).
+KREW ?= $(LOCALBIN)/krew-$(KREW_VERSION)
+KREW_VALIDATE ?= $(LOCALBIN)/validate-krew-manifest-$(KREW_VERSION)
 
 export KUBEBUILDER_ASSETS := $(ENVTEST_DIR)
 
@@ -62,8 +67,8 @@ vet: ## go vet.
 # The short chaos run in `make test` uses a fixed workload seed (CHAOS_SEED,
 # default 1) so that CI repeats the same program of operations and faults;
 # `make chaos` draws a new seed each time to explore.
-test: manifests generate fmt vet envtest ## Build missing tools, regenerate, and run every test with -race against a real API server.
-	CHAOS_SEED=$${CHAOS_SEED:-1} go test $(GO_TEST_FLAGS) ./... -coverprofile cover.out
+test: manifests generate fmt vet envtest $(KREW) $(KREW_VALIDATE) ## Build missing tools, regenerate, and run every test with -race against a real API server.
+	CHAOS_SEED=$${CHAOS_SEED:-1} KREW=$(KREW) KREW_VALIDATE=$(KREW_VALIDATE) go test $(GO_TEST_FLAGS) ./... -coverprofile cover.out
 
 .PHONY: fuzz
 fuzz: ## Fuzz every parser and the arbiter, FUZZTIME each.
@@ -88,6 +93,17 @@ verify: manifests generate verify-chart ## Fail when generated files (or the cha
 build: manifests generate fmt vet ## Build bin/manager and bin/kubectl-buildlock.
 	go build -o $(LOCALBIN)/manager ./cmd/manager
 	go build -o $(LOCALBIN)/kubectl-buildlock ./cmd/kubectl-buildlock
+
+# VERSION is the release's: the v* tag git describe finds, else v0.0.0-g<commit>.
+VERSION ?= $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null || echo "v0.0.0-g$$(git describe --always --dirty)")
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct)
+# LICENSE_FILE ships in every archive: krew installs only archives with one.
+LICENSE_FILE ?= LICENSE
+
+.PHONY: dist
+dist: $(KREW_VALIDATE) ## Package the plugin for linux, darwin and windows on amd64 and arm64 into dist/: archives, checksums.txt, krew manifest buildlock.yaml.
+	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) go run ./hack/dist -version $(VERSION) -license $(LICENSE_FILE) -out dist
+	$(KREW_VALIDATE) -manifest dist/buildlock.yaml -skip-install
 
 ##@ Tools
 
@@ -117,6 +133,12 @@ $(HELM):
 
 $(GOLANGCI_LINT):
 	$(call go-install-tool,$@,github.com/golangci/golangci-lint/v2/cmd/golangci-lint,$(GOLANGCI_LINT_VERSION))
+
+$(KREW):
+	$(call go-install-tool,$@,sigs.k8s.io/krew/cmd/krew,$(KREW_VERSION))
+
+$(KREW_VALIDATE):
+	$(call go-install-tool,$@,sigs.k8s.io/krew/cmd/validate-krew-manifest,$(KREW_VERSION))
 
 # go-install-tool installs package $(2) at version $(3) as the versioned file $(1).
 define go-install-tool

@@ -27,6 +27,9 @@ import (
 	"github.com/buildlock/buildlock/pkg/lock"
 )
 
+// version is the plugin's release, set by `make dist` (-X main.version).
+var version = "dev"
+
 func main() {
 	// The plugin reports what matters itself; client-go's logs (a watch
 	// that is retried) would only repeat it.
@@ -72,6 +75,7 @@ func newRootCommand(f *factory) *cobra.Command {
 		Use:           "kubectl-buildlock",
 		Short:         "Make pipelines take turns deploying into a target",
 		Long:          rootLong,
+		Version:       version,
 		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl buildlock"},
 		SilenceErrors: true, SilenceUsage: true,
 	}
