@@ -18,34 +18,27 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
-	"k8s.io/cli-runtime/pkg/printers"
 
 	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
 	"github.com/buildlock/buildlock/pkg/lock"
 )
 
-const acquireLong = `Claim a target for this build and wait until the operator's verdict, printing the
-claim's place in the queue whenever it changes.
-
-Without CMD, prints the fencing token (or, with -o, the held BuildLock) and exits 0
+const acquireLong = `Claim a target for this build and wait for the operator's verdict, printing the
+claim's place in the queue when it changes. Without CMD, print the fencing token
 once the lock is held; the claim stays until released, until its pod ends, or
-without a pod, --expires-after after its last renewal.
+(without a pod) --expires-after after its last renewal.
 
-With -- CMD, runs CMD once the lock is held, with BUILDLOCK_FENCING_TOKEN,
-BUILDLOCK_NAME, BUILDLOCK_NAMESPACE and BUILDLOCK_TARGET in its environment, renews a
-pod-less claim while it runs, and releases the lock when it exits, with its exit
-code. If the claim is deleted or stops holding meanwhile (force-released, expired),
-CMD is stopped (SIGTERM to its process group, SIGKILL after --grace-period) and the
-plugin exits 5. SIGINT or SIGTERM while waiting deletes the claim; while CMD runs,
-they are passed on to it (a second one kills it).
+With -- CMD, run CMD while holding the lock (BUILDLOCK_FENCING_TOKEN, _NAME,
+_NAMESPACE and _TARGET in its environment; a pod-less claim renewed), then release
+it and exit with CMD's code. If the claim stops holding meanwhile (deleted,
+force-released, expired), CMD is stopped (SIGTERM to its process group, SIGKILL
+after --grace-period) and acquire exits 5. Signals while waiting delete the claim;
+while CMD runs, they are passed on to it.
 
 Repo, branch, build, pod and run id default from the variables of GitHub Actions,
-GitLab CI, Tekton and Jenkins X, and Jenkins (docs/pipelines.md has the table).
-The claim is named <repo>-<branch>-<build>-<target>. A retried step of the same run
-waits on the run's claim; another run of the build (a re-run of the CI job) never
-shares it: while that run's claim is in the running, acquire exits 6; once it has
-finished, acquire replaces it.
+GitLab CI, Tekton and Jenkins X, and Jenkins (see docs/pipelines.md). A retried
+step waits on its run's claim; another run's claim of the build is never shared:
+acquire exits 6 while it is in the running, and replaces it once it finished.
 
 ` + exitCodesHelp
 
@@ -56,14 +49,11 @@ const acquireExample = `  # Deploy to staging while holding its lock; exit 3 mea
   kubectl buildlock acquire -n ci --target staging --repo acme/shop --branch main --build 42 -- make deploy
 
   # Hold the lock across several steps
-  TOKEN=$(kubectl buildlock acquire --target staging --expires-after 45m)
+  TOKEN=$(kubectl buildlock acquire --target staging --expires-after 45m)`
 
-  # The held BuildLock's name, for a later step
-  NAME=$(kubectl buildlock acquire --target staging -o jsonpath='{.metadata.name}')`
-
-// defaultCommandExpiresAfter is a pod-less claim's expiresAfter while the
-// plugin runs a command and renews the claim every third of it: short, so
-// that a hold whose plugin was killed ends soon.
+// defaultCommandExpiresAfter is a pod-less claim's expiresAfter while CMD
+// runs (renewed every third of it): short, so that a hold whose plugin was
+// killed ends soon.
 const defaultCommandExpiresAfter = 2 * time.Minute
 
 // acquireOptions is `kubectl buildlock acquire`.
@@ -74,8 +64,6 @@ type acquireOptions struct {
 	// command runs while the lock is held, when given after "--".
 	command              []string
 	timeout, gracePeriod time.Duration
-	print                *genericclioptions.PrintFlags
-	printer              printers.ResourcePrinter
 	// notes are worth telling the user before acquiring.
 	notes []string
 }
@@ -92,8 +80,6 @@ func newAcquireCommand(o *acquireOptions) *cobra.Command {
 	fs.DurationVar(&o.timeout, "timeout", 0, "How long to wait for the lock before giving up (exit 4, the claim is deleted); 0 waits until interrupted.")
 	fs.DurationVar(&o.claim.ExpiresAfter, "expires-after", 0, "For a claim without a pod: how long the hold lasts without renewal (10s to 24h). Default: 2m with -- CMD (renewed every third of it while it runs), else the API's 1h.")
 	fs.DurationVar(&o.gracePeriod, "grace-period", 10*time.Second, "With -- CMD: how long CMD has to exit after SIGTERM when the claim stops holding, before SIGKILL.")
-	o.print = genericclioptions.NewPrintFlags("")
-	addOutputFlags(cmd, o.print)
 	return cmd
 }
 
@@ -128,9 +114,6 @@ func (o *acquireOptions) Complete(cmd *cobra.Command, args []string) error {
 		o.notes = append(o.notes, fmt.Sprintf("Found %s variables.", ci.System))
 	}
 	var err error
-	if o.printer, err = printerFor(o.print); err != nil {
-		return err
-	}
 	if o.claim.Namespace, err = o.f.namespace(); err != nil {
 		return err
 	}
@@ -160,8 +143,6 @@ func (o *acquireOptions) Validate() error {
 		return errors.New("--timeout must not be negative")
 	case o.gracePeriod < 0:
 		return errors.New("--grace-period must not be negative")
-	case o.printer != nil && len(o.command) > 0:
-		return errors.New("-o prints the held BuildLock when acquire exits; with -- CMD the plugin exits with CMD's code instead")
 	}
 	return o.claim.Validate()
 }
@@ -215,12 +196,7 @@ func (o *acquireOptions) Run(ctx context.Context) error {
 	if len(o.command) > 0 {
 		return o.runHolding(hold, signals)
 	}
-	if o.printer != nil {
-		hold.BuildLock.SetGroupVersionKind(buildlockv1.GroupVersion.WithKind("BuildLock"))
-		err = o.printer.PrintObj(hold.BuildLock, o.f.streams.Out)
-	} else {
-		_, err = fmt.Fprintln(o.f.streams.Out, hold.Token)
-	}
+	_, err = fmt.Fprintln(o.f.streams.Out, hold.Token)
 	fmt.Fprintf(stderr, "The hold ends when released (kubectl buildlock release %s -n %s), or %s.\n", hold.Name, hold.Namespace, howItEnds(hold.BuildLock))
 	return err
 }

@@ -54,17 +54,15 @@ grants it to one build at a time, in the order of the target's BuildLockPolicy.
 
 ` + exitCodesHelp
 
-// exitCodesHelp is the contract for scripts, in every command's help.
+// exitCodesHelp is the contract for scripts.
 const exitCodesHelp = `Exit codes:
-  0         done; for acquire: the lock is held (with -- CMD: CMD's exit code, after releasing)
+  0         done; acquire: the lock is held (with -- CMD: CMD's exit code, after releasing)
   1         error (API server, permissions, no operator, no holder to force-release, ...)
-  2         usage error (flags, a missing or invalid repo, branch or build, a bad --reason)
+  2         usage error (flags; a missing or invalid repo, branch or build; a bad --reason)
   3         superseded: a newer build will deploy; stop without deploying (not a failure)
   4         timed out waiting (--timeout); the claim was deleted
-  5         the claim ended before it held (released, expired, deleted), or it stopped
-            holding while CMD ran: CMD was stopped (SIGTERM, then SIGKILL)
-  6         another run of this build (a re-run of the CI job) has a claim in the running;
-            this run did not claim, to never deploy twice at once
+  5         the claim ended before it held, or stopped holding while CMD ran (CMD stopped)
+  6         another run of this build has a claim in the running; this run claimed nothing
   126, 127  CMD could not be started (not executable, not found); the lock was released
   130, 143  interrupted by SIGINT or SIGTERM; the claim was deleted`
 

@@ -166,8 +166,6 @@ func TestParseAcquireErrors(t *testing.T) {
 		"a negative timeout":            {args: []string{"--target=t", "--timeout=-1s"}, env: githubEnv, wantErr: "--timeout must not be negative"},
 		"an invalid claim":              {args: []string{"--target=Staging"}, env: githubEnv, wantErr: `target "Staging"`},
 		"expires-after with a pod":      {args: []string{"--target=t", "--pod=p", "--expires-after=1m"}, env: githubEnv, wantErr: "only to a claim without a pod"},
-		"an unknown output format":      {args: []string{"--target=t", "-o", "xml"}, env: githubEnv, wantErr: `output format "xml"`},
-		"an output format with a CMD":   {args: []string{"--target=t", "-o", "name", "--", "x"}, env: githubEnv, wantErr: "-o prints the held BuildLock"},
 		"a run id with a newline":       {args: []string{"--target=t", "--run-id", "a\nb"}, env: githubEnv, wantErr: "without control characters"},
 		"a pod UID that is not a UID":   {args: []string{"--target=t", "--pod=p", "--pod-uid=abc"}, env: githubEnv, wantErr: `pod UID "abc"`},
 		"a branch with escape sequence": {args: []string{"--target=t", "--branch", "main\x1b[2J"}, env: githubEnv, wantErr: "control characters"},
@@ -194,7 +192,7 @@ func FuzzParseAcquire(f *testing.F) {
 	f.Add("--target= --build=-1 -- --")
 	f.Add("-n ci --timeout 1h30m --pod= --expires-after 10s --target t")
 	f.Add("--help --target")
-	f.Add("--target t -o jsonpath={.status} --run-id x")
+	f.Add("--target t --grace-period 1s --run-id x")
 	f.Fuzz(func(t *testing.T, line string) {
 		args := strings.Fields(line)
 		o, err := parseAcquire(args, githubEnv)
@@ -240,7 +238,7 @@ func TestRunWithoutACluster(t *testing.T) {
 		"force-release refuses control chars":     {args: []string{"force-release", "--target=s", "--reason", "a\x1b[31mb"}, wantCode: exitUsage, wantStderr: "control characters"},
 		"release needs a name or --target":        {args: []string{"release"}, wantCode: exitUsage, wantStderr: "give a BuildLock name"},
 		"release by name and by build conflict":   {args: []string{"release", "x", "--target=t", "--mine"}, wantCode: exitUsage, wantStderr: "not both"},
-		"release --mine outside CI needs a build": {args: []string{"release", "--target=t", "--mine"}, wantCode: exitUsage, wantStderr: "need the build's repo"},
+		"release --mine outside CI needs a build": {args: []string{"release", "--target=t", "--mine"}, wantCode: exitUsage, wantStderr: "needs the build's repo"},
 		"a failed connection is an error":         {args: []string{"status", "--request-timeout=2s"}, wantCode: exitError, wantStderr: "127.0.0.1:1"},
 		"completion writes a script":              {args: []string{"completion", "bash"}, wantCode: exitOK, wantStdout: "bash completion V2 for kubectl-buildlock"},
 	}
@@ -285,7 +283,7 @@ func TestParseRelease(t *testing.T) {
 			wantBuild: buildFlags{repo: "acme/shop", branch: "main", build: 42, runID: "7001-1"}},
 		"mine, flags win": {args: []string{"--target", "staging", "--mine", "--build", "41"}, env: githubEnv,
 			wantBuild: buildFlags{repo: "acme/shop", branch: "main", build: 41, runID: "7001-1"}},
-		"by build: every run": {args: []string{"--target", "staging", "--build", "41"}, env: githubEnv,
+		"mine, every run of the build": {args: []string{"--target", "staging", "--mine", "--build", "41", "--run-id="}, env: githubEnv,
 			wantBuild: buildFlags{repo: "acme/shop", branch: "main", build: 41}},
 	}
 	for name, tc := range tests {

@@ -13,10 +13,10 @@ import (
 	"github.com/buildlock/buildlock/pkg/lock"
 )
 
-const releaseLong = `Release claims (delete their BuildLocks) by name; or, on a target, this run's
-claims of this build (--mine: the build and run as acquire finds them; every run's
-without a run id), or every claim of a build (--build without --mine). A claim
-already gone counts as released. To end another build's hold, use force-release.
+const releaseLong = `Release claims (delete their BuildLocks) by name, or this run's claims of this build
+on a target (--mine: the build and run as acquire finds them; every run's claims of
+the build with --run-id=). A claim already gone counts as released. To end another
+build's hold, use force-release.
 
 Exit codes: 0 released (or already gone), 1 error, 2 usage error.`
 
@@ -30,26 +30,23 @@ type releaseOptions struct {
 	f                 *factory
 	names             []string
 	target, namespace string
-	mine, byBuild     bool
+	mine              bool
 	build             buildFlags
 }
 
 func newReleaseCommand(o *releaseOptions) *cobra.Command {
-	cmd := newCommand(o, "release (NAME... | --target T --mine | --target T --build N)",
+	cmd := newCommand(o, "release (NAME... | --target T --mine)",
 		"Release claims (delete their BuildLocks)", releaseLong, releaseExample)
 	cmd.ValidArgsFunction = o.f.completeClaims
-	addTargetFlag(cmd, o.f, &o.target, "With --mine or --build: the target whose claims to release.")
+	addTargetFlag(cmd, o.f, &o.target, "With --mine: the target whose claims to release.")
 	cmd.Flags().BoolVar(&o.mine, "mine", false, "Release this run's claims of this build on --target (the build and run as acquire finds them: flags, else CI variables).")
 	o.build.addFlags(cmd.Flags())
 	return cmd
 }
 
 func (o *releaseOptions) Complete(cmd *cobra.Command, args []string) error {
-	o.names, o.byBuild = args, cmd.Flags().Changed("build")
+	o.names = args
 	o.build.complete(cmd.Flags(), lock.DetectCI(o.f.env))
-	if !o.mine {
-		o.build.runID = "" // by build: every run's claims
-	}
 	var err error
 	o.namespace, err = o.f.namespace()
 	return err
@@ -57,12 +54,12 @@ func (o *releaseOptions) Complete(cmd *cobra.Command, args []string) error {
 
 func (o *releaseOptions) Validate() error {
 	switch {
-	case len(o.names) > 0 && (o.target != "" || o.mine || o.byBuild):
-		return errors.New("give either BuildLock names, or --target with --mine or --build, not both")
-	case len(o.names) == 0 && (o.target == "" || !o.mine && !o.byBuild):
-		return errors.New("give a BuildLock name, --target T --mine for this run's claims, or --target T --build N for a build's claims (to end another build's hold, use force-release)")
+	case len(o.names) > 0 && (o.target != "" || o.mine):
+		return errors.New("give either BuildLock names, or --target with --mine, not both")
+	case len(o.names) == 0 && (o.target == "" || !o.mine):
+		return errors.New("give a BuildLock name, or --target T --mine for this run's claims (to end another build's hold, use force-release)")
 	case len(o.names) == 0 && len(o.build.missing()) > 0:
-		return errors.New("--mine and --build need the build's repo, branch and build: pass --repo, --branch and --build, or run in CI")
+		return errors.New("--mine needs the build's repo, branch and build: pass --repo, --branch and --build, or run in CI")
 	}
 	return nil
 }

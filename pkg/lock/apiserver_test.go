@@ -276,12 +276,18 @@ func TestAcquireFollowsItsPlaceAndTheRunsOfItsBuild(t *testing.T) {
 
 	lost := make(chan error, 1)
 	go func() { lost <- r.h.WaitLost(ctx) }()
+	holdCtx, stop := r.h.Context(ctx)
+	defer stop()
 	s := held(6)
 	s.Phase, s.Reason, s.Message = buildlockv1.PhaseReleased, buildlockv1.ReasonForceReleased, "alice: stuck"
 	setStatus(t, c, web, s)
 	var lostErr *LostError
 	if err := <-lost; !errors.As(err, &lostErr) || lostErr.Reason != buildlockv1.ReasonForceReleased {
 		t.Errorf("WaitLost() = %v, want a LostError with reason ForceReleased", err)
+	}
+	<-holdCtx.Done()
+	if cause := context.Cause(holdCtx); !errors.Is(cause, ErrLost) {
+		t.Errorf("the hold's context ended with %v, want ErrLost", cause)
 	}
 	must(t, r.h.Release(ctx))
 	if err := c.Get(ctx, client.ObjectKeyFromObject(web), &buildlockv1.BuildLock{}); !apierrors.IsNotFound(err) {

@@ -2,6 +2,8 @@ package lock
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -64,6 +66,25 @@ func (h *Hold) WaitLost(ctx context.Context) error {
 		}
 		return false, nil
 	})
+}
+
+// Context returns a context that is canceled when the hold is lost (see
+// WaitLost), with the *LostError as its cause, or when parent ends. Run the
+// work that needs the lock under it, and stop when it is done:
+//
+//	ctx, stop := hold.Context(ctx)
+//	defer stop()
+//	err := deploy(ctx) // context.Cause(ctx) says why it was stopped
+func (h *Hold) Context(parent context.Context) (ctx context.Context, stop context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	go func() {
+		if err := h.WaitLost(ctx); errors.Is(err, ErrLost) {
+			cancel(err)
+		} else if err != nil && ctx.Err() == nil {
+			h.onError(fmt.Errorf("watching BuildLock %s/%s while it holds: %w", h.Namespace, h.Name, err))
+		}
+	}()
+	return ctx, func() { cancel(nil) }
 }
 
 // renewInterval is how often a pod-less claim is renewed: override when
