@@ -14,6 +14,7 @@ GOLANGCI_LINT_VERSION ?= v2.15.0
 HELM_DOCS_VERSION ?= v1.14.2
 # Prometheus's Go module versions are v0.3XX.Y for Prometheus 3.XX.Y.
 PROMETHEUS_VERSION ?= v0.316.0
+KREW_VERSION ?= v0.4.3
 
 ENVTEST_DIR ?= $(LOCALBIN)/k8s/$(K8S_VERSION)
 KUBE_APISERVER ?= $(ENVTEST_DIR)/kube-apiserver
@@ -26,6 +27,10 @@ HELM ?= $(LOCALBIN)/helm-$(HELM_VERSION)-release
 GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 PROMTOOL ?= $(LOCALBIN)/promtool-$(PROMETHEUS_VERSION)
 HELM_DOCS ?= $(LOCALBIN)/helm-docs-$(HELM_DOCS_VERSION)
+# krew, and its manifest validator: the release's manifest is checked with
+# them (hack/dist's test, in `make test`).
+KREW ?= $(LOCALBIN)/krew-$(KREW_VERSION)
+KREW_VALIDATE ?= $(LOCALBIN)/validate-krew-manifest-$(KREW_VERSION)
 
 export KUBEBUILDER_ASSETS := $(ENVTEST_DIR)
 
@@ -69,8 +74,8 @@ vet: ## go vet.
 # The short chaos run in `make test` uses a fixed workload seed (CHAOS_SEED,
 # default 1) so that CI repeats the same program of operations and faults;
 # `make chaos` draws a new seed each time to explore.
-test: manifests generate fmt vet envtest ## Build missing tools, regenerate, and run every test with -race against a real API server.
-	CHAOS_SEED=$${CHAOS_SEED:-1} go test $(GO_TEST_FLAGS) ./... -coverprofile cover.out
+test: manifests generate fmt vet envtest $(KREW) $(KREW_VALIDATE) ## Build missing tools, regenerate, and run every test with -race against a real API server.
+	CHAOS_SEED=$${CHAOS_SEED:-1} KREW=$(KREW) KREW_VALIDATE=$(KREW_VALIDATE) go test $(GO_TEST_FLAGS) ./... -coverprofile cover.out
 
 .PHONY: fuzz
 fuzz: ## Fuzz every parser and the arbiter, FUZZTIME each.
@@ -95,6 +100,17 @@ verify: manifests generate verify-chart ## Fail when generated files (or the cha
 build: manifests generate fmt vet ## Build bin/manager and bin/kubectl-buildlock.
 	go build -o $(LOCALBIN)/manager ./cmd/manager
 	go build -o $(LOCALBIN)/kubectl-buildlock ./cmd/kubectl-buildlock
+
+# VERSION is the release's: the v* tag git describe finds, else v0.0.0-g<commit>.
+VERSION ?= $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null || echo "v0.0.0-g$$(git describe --always --dirty)")
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct)
+# LICENSE_FILE ships in every archive: krew installs only archives with one.
+LICENSE_FILE ?= LICENSE
+
+.PHONY: dist
+dist: $(KREW_VALIDATE) ## Package the plugin for linux, darwin and windows on amd64 and arm64 into dist/: archives, checksums.txt, krew manifest buildlock.yaml.
+	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) go run ./hack/dist -version $(VERSION) -license $(LICENSE_FILE) -out dist
+	$(KREW_VALIDATE) -manifest dist/buildlock.yaml -skip-install
 
 ##@ Tools
 
@@ -141,6 +157,12 @@ $(PROMTOOL):
 
 $(GOLANGCI_LINT):
 	$(call go-install-tool,$@,github.com/golangci/golangci-lint/v2/cmd/golangci-lint,$(GOLANGCI_LINT_VERSION))
+
+$(KREW):
+	$(call go-install-tool,$@,sigs.k8s.io/krew/cmd/krew,$(KREW_VERSION))
+
+$(KREW_VALIDATE):
+	$(call go-install-tool,$@,sigs.k8s.io/krew/cmd/validate-krew-manifest,$(KREW_VERSION))
 
 # go-install-tool installs package $(2) at version $(3) as the versioned file
 # $(1), with the go install flags $(4) if any.
