@@ -109,6 +109,7 @@ type PodReference struct {
 // +kubebuilder:validation:XValidation:rule="has(self.timestamp) == has(oldSelf.timestamp) && (!has(self.timestamp) || timestamp(self.timestamp) == timestamp(oldSelf.timestamp))",message="spec.timestamp is immutable: delete this BuildLock and create a new one"
 // +kubebuilder:validation:XValidation:rule="has(self.expiresAfter) == has(oldSelf.expiresAfter) && (!has(self.expiresAfter) || duration(self.expiresAfter) == duration(oldSelf.expiresAfter))",message="spec.expiresAfter is immutable: delete this BuildLock and create a new one"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.renewTime) || (has(self.renewTime) && timestamp(self.renewTime) >= timestamp(oldSelf.renewTime))",message="spec.renewTime may only move forward: set it to the current time, never earlier than its last value, and never remove it"
+// +kubebuilder:validation:XValidation:rule="has(self.requester) == has(oldSelf.requester) && (!has(self.requester) || self.requester == oldSelf.requester)",message="spec.requester is stamped by the API server when the BuildLock is created and is immutable"
 // +kubebuilder:validation:XValidation:rule="!has(self.podRef) || !has(self.expiresAfter)",message="spec.expiresAfter applies only to claims without spec.podRef: a claim with a pod holds while its pod runs (bound it with the operator's --max-hold or a BuildLockPolicy's spec.maxHold); remove expiresAfter"
 type BuildLockSpec struct {
 	// Target is the namespace the build deploys into. Claims in the same
@@ -179,6 +180,35 @@ type BuildLockSpec struct {
 	// the one field that may change after creation. Any RFC 3339 time.
 	// +optional
 	RenewTime *Timestamp `json:"renewTime,omitempty"`
+
+	// Requester is who created this BuildLock, stamped by the API server's
+	// buildlock-requester MutatingAdmissionPolicy (installed with
+	// enforcement) from the request's authenticated identity: never set it
+	// yourself. An enforced lock admits a pod-less holder's writes from this
+	// identity only, and pipelines may change or delete only the claims they
+	// created.
+	// +optional
+	Requester *Requester `json:"requester,omitempty"`
+}
+
+// Requester is the authenticated identity that created a BuildLock. It is
+// atomic: an admission policy that sets it replaces it whole, so that no
+// field a client sent survives.
+// +structType=atomic
+type Requester struct {
+	// Username is the requester's user name, e.g.
+	// system:serviceaccount:ci:pipeline.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	Username string `json:"username,omitempty"`
+	// PodName and PodUID name the pod a service account's pod-bound token
+	// came from, when it did.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	PodName string `json:"podName,omitempty"`
+	// +optional
+	// +kubebuilder:validation:MaxLength=36
+	PodUID string `json:"podUID,omitempty"`
 }
 
 // BuildLockStatus is the operator's verdict on the claim. Only the operator

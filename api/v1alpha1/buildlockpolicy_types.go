@@ -37,6 +37,15 @@ const (
 // follows NewestWins).
 const ConditionReady = "Ready"
 
+// ConditionEnforced on a BuildLockPolicy with spec.enforce is True while the
+// API server fences the target namespace, and False with the reason when it
+// does not.
+const ConditionEnforced = "Enforced"
+
+// LockedByLabel on a namespace names the claims namespace whose lock may
+// fence it: the target's consent to enforcement.
+const LockedByLabel = "buildlock.io/locked-by"
+
 // Reasons on a BuildLockPolicy's Ready condition.
 const (
 	// ReasonApplied means the policy governs its lock.
@@ -45,6 +54,20 @@ const (
 	// example an ordering this operator does not know); the lock follows
 	// NewestWins until the policy is fixed.
 	ReasonInvalidPolicy = "InvalidPolicy"
+)
+
+// Reasons on a BuildLockPolicy's Enforced condition.
+const (
+	// ReasonEnforcing means the target namespace consents and its writes
+	// are fenced.
+	ReasonEnforcing = "Enforcing"
+	// ReasonConsentMissing means the target namespace lacks the label
+	// buildlock.io/locked-by=<claims namespace> (or does not exist):
+	// nothing is enforced.
+	ReasonConsentMissing = "ConsentMissing"
+	// ReasonConflict means the target namespace consents to another claims
+	// namespace's lock: this one enforces nothing.
+	ReasonConflict = "Conflict"
 )
 
 // BuildLockPolicySpec is how one lock (its namespace's claims on the target
@@ -65,6 +88,33 @@ type BuildLockPolicySpec struct {
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:XValidation:rule=`self.matches(r'^([0-9]{1,5}(\.[0-9]{1,9})?(ns|us|ms|s|m|h)){1,4}$') && duration(self) >= duration('1m') && duration(self) <= duration('168h')`,message="spec.maxHold must be a duration between 1m and 168h, for example 2h"
 	MaxHold *metav1.Duration `json:"maxHold,omitempty"`
+
+	// Enforce, when set, makes the API server itself refuse writes (create,
+	// update, patch, delete, exec) into the target namespace by this
+	// namespace's pipeline service accounts, unless they come from the
+	// holder: a pod-backed holder's pod (its token's pod UID is the claim's
+	// spec.podRef.uid), or a pod-less holder's verified requester. While the
+	// lock is free, every such write is refused. Reads are never restricted,
+	// and nobody else is (people, controllers, GitOps agents, other
+	// namespaces' pipelines). The target namespace must consent with the
+	// label buildlock.io/locked-by=<this namespace>; the Enforced condition
+	// says which half is missing. Needs the chart's enforcement policies
+	// (enforcement.enabled).
+	// +optional
+	Enforce *Enforcement `json:"enforce,omitempty"`
+}
+
+// Enforcement names the pipelines whose writes into the target namespace
+// are fenced by the lock.
+type Enforcement struct {
+	// ServiceAccounts are the names of this namespace's service accounts
+	// that run pipelines; empty means all of them.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	ServiceAccounts []string `json:"serviceAccounts,omitempty"`
 }
 
 // BuildLockPolicyStatus is what the operator made of the policy.
@@ -93,6 +143,7 @@ type BuildLockPolicyStatus struct {
 // +kubebuilder:printcolumn:name="Ordering",type=string,JSONPath=`.spec.ordering`
 // +kubebuilder:printcolumn:name="Max Hold",type=string,JSONPath=`.spec.maxHold`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Enforced",type=string,JSONPath=`.status.conditions[?(@.type=="Enforced")].reason`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type BuildLockPolicy struct {
 	metav1.TypeMeta   `json:",inline"`

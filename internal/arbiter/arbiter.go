@@ -87,11 +87,14 @@ type decider struct {
 	// (also when a remembered build did, see byMemory).
 	supersededBy []int
 	// byMemory[i] is the grant record's memory of a higher build of the line
-	// that superseded claims[i], if that is what did.
-	byMemory []*LineRecord
+	// that superseded claims[i], if that is what did (zero otherwise: a
+	// record's Build is at least 1).
+	byMemory []LineRecord
 	// endedByRecord[i] says that claims[i] was still shown Held and takes the
 	// ending the grant record kept for it.
 	endedByRecord []bool
+	// orderTime[i] is OrderTime(claims[i]).
+	orderTime []time.Time
 	// place[i] is claims[i]'s place in the queue: its QueuedAt, an inherited
 	// one, or now for a newcomer.
 	place []time.Time
@@ -104,6 +107,7 @@ type decider struct {
 	newHolder  int // the claim granted by this decision, or none.
 	queue      []int
 	ended      Ending // the hold this decision ended, if any.
+	buf        []byte // the buffer messages are built in.
 }
 
 func newDecider(lock Lock, claims []Claim, grant Grant, now time.Time, policy Policy) *decider {
@@ -113,24 +117,25 @@ func newDecider(lock Lock, claims []Claim, grant Grant, now time.Time, policy Po
 		grant:         grant,
 		now:           now,
 		policy:        policy,
-		claims:        slices.Clone(claims),
+		claims:        byIdentity(claims),
 		verdicts:      make([]Verdict, n),
 		supersededBy:  make([]int, n),
-		byMemory:      make([]*LineRecord, n),
+		byMemory:      make([]LineRecord, n),
 		endedByRecord: make([]bool, n),
 		place:         make([]time.Time, n),
+		orderTime:     make([]time.Time, n),
 		ahead:         make([]int, n),
 		granted:       none,
 		liveHolder:    none,
 		newHolder:     none,
 	}
-	slices.SortFunc(d.claims, compareIdentity)
 	for i := range d.claims {
 		c := &d.claims[i]
 		if c.Phase == "" {
 			c.Phase = Pending
 		}
 		d.verdicts[i] = Verdict{Name: c.Name, UID: c.UID, From: c.Phase}
+		d.orderTime[i] = OrderTime(*c)
 		d.supersededBy[i] = none
 		if d.granted == none && grant.Holder != "" && !c.Phase.IsTerminal() &&
 			c.Name == grant.Holder && c.UID == grant.HolderUID {
@@ -277,7 +282,7 @@ func (d *decider) supersedeBackwards(candidates []int) []int {
 		}
 		if r, ok := memory[lineOf(c)]; ok && c.Build <= r.Build {
 			d.verdicts[i].Phase, d.verdicts[i].Reason = Superseded, inLineReason(c.Build, r.Build)
-			d.byMemory[i] = &r
+			d.byMemory[i] = r
 			continue
 		}
 		out = append(out, i)
@@ -323,51 +328,89 @@ func inLineReason(build, by int64) string {
 
 // collapseLines applies rule 4 (one survivor per line): among the candidates
 // of one line only the highest build survives; the others are Superseded by
-// it. It returns the survivors and, for each, the earliest place in the queue
-// that a member of its line had (zero if none).
-func (d *decider) collapseLines(candidates []int) (survivors []int, inherited map[int]time.Time) {
-	byLine := make(map[line][]int)
+// it. It returns the survivors, and leaves in d.place the earliest place in
+// the queue that a member of each survivor's line had (zero if none).
+func (d *decider) collapseLines(candidates []int) []int {
+	type lineState struct {
+		best  int
+		place time.Time
+	}
+	lines := make(map[line]*lineState, min(len(candidates), 64))
+	states := make([]lineState, 0, len(candidates)) // one allocation for every line's state
 	for _, i := range candidates {
-		l := lineOf(d.claims[i])
-		byLine[l] = append(byLine[l], i)
-	}
-	survivors = make([]int, 0, len(byLine))
-	inherited = make(map[int]time.Time, len(byLine))
-	// Map order does not matter: each line is decided on its own, and the
-	// survivors are ranked by a total order afterwards.
-	for _, members := range byLine {
-		best := slices.MinFunc(members, func(i, j int) int {
-			return compareInLine(d.claims[i], d.claims[j])
-		})
-		var place time.Time
-		for _, i := range members {
-			if q := d.claims[i].QueuedAt; !q.IsZero() && (place.IsZero() || q.Before(place)) {
-				place = q
-			}
-			if i != best {
-				d.supersede(i, best, inLineReason(d.claims[i].Build, d.claims[best].Build))
-			}
+		c := &d.claims[i]
+		st, ok := lines[lineOf(*c)]
+		if !ok {
+			states = append(states, lineState{best: i})
+			st = &states[len(states)-1]
+			lines[lineOf(*c)] = st
+		} else if compareInLine(*c, d.claims[st.best]) < 0 {
+			st.best = i
 		}
-		survivors = append(survivors, best)
-		inherited[best] = place
+		if q := c.QueuedAt; !q.IsZero() && (st.place.IsZero() || q.Before(st.place)) {
+			st.place = q
+		}
 	}
-	return survivors, inherited
+	survivors := make([]int, 0, len(states))
+	for _, st := range states {
+		survivors = append(survivors, st.best)
+		d.place[st.best] = st.place
+	}
+	for _, i := range candidates {
+		best := lines[lineOf(d.claims[i])].best
+		if i != best {
+			d.supersede(i, best, inLineReason(d.claims[i].Build, d.claims[best].Build))
+		}
+	}
+	return survivors
 }
 
 // rankNewest applies NewestWins (rule 5): one survivor per line, ranked by
-// [Newer].
+// [Newer]. Only the first two matter (the one granted, if the lock is free,
+// and the one that takes the slot), so they are picked rather than sorted.
 func (d *decider) rankNewest(candidates []int) []int {
-	survivors, inherited := d.collapseLines(candidates)
-	d.placeAll(survivors, inherited)
-	slices.SortFunc(survivors, func(i, j int) int { return compareNewer(d.claims[i], d.claims[j]) })
+	survivors := d.collapseLines(candidates)
+	for k := 0; k < min(2, len(survivors)); k++ {
+		best := k
+		for j := k + 1; j < len(survivors); j++ {
+			if d.compareNewer(survivors[j], survivors[best]) < 0 {
+				best = j
+			}
+		}
+		survivors[k], survivors[best] = survivors[best], survivors[k]
+	}
+	for k := range min(2, len(survivors)) {
+		d.place[survivors[k]] = d.placeOf(survivors[k])
+	}
 	return survivors
+}
+
+// compareNewer is [Newer] on claims i and j, with their OrderTime computed
+// once.
+func (d *decider) compareNewer(i, j int) int {
+	if c := d.orderTime[j].Compare(d.orderTime[i]); c != 0 {
+		return c
+	}
+	return compareNewerTie(d.claims[i], d.claims[j])
+}
+
+// placeOf is the place of a claim that waits with NewestWins: its own, its
+// line's, or now.
+func (d *decider) placeOf(i int) time.Time {
+	switch {
+	case !d.claims[i].QueuedAt.IsZero():
+		return d.claims[i].QueuedAt
+	case !d.place[i].IsZero():
+		return d.place[i]
+	}
+	return d.now
 }
 
 // queueByLine applies Queue (rule 5): one survivor per line, which keeps the
 // line's place, in the order of the places.
 func (d *decider) queueByLine(candidates []int) []int {
-	survivors, inherited := d.collapseLines(candidates)
-	d.placeAll(survivors, inherited)
+	survivors := d.collapseLines(candidates)
+	d.placeAll(survivors)
 	d.sortByPlace(survivors)
 	return survivors
 }
@@ -376,7 +419,7 @@ func (d *decider) queueByLine(candidates []int) []int {
 // place, except a build at or below one of its line ahead of it.
 func (d *decider) queueByArrival(candidates []int) []int {
 	ordered := slices.Clone(candidates)
-	d.placeAll(ordered, nil)
+	d.placeAll(ordered)
 	d.sortByPlace(ordered)
 	highest := make(map[line]int) // the highest build of each line ahead so far
 	survivors := ordered[:0]
@@ -393,19 +436,19 @@ func (d *decider) queueByArrival(candidates []int) []int {
 }
 
 // placeAll gives each claim its place in the queue: its own, else the one
-// its line had (inherited), else a new place at the back. Newcomers join in
+// its line had (left in d.place by collapseLines), else a new place at the
+// back. Newcomers join in
 // the order of [compareArrival], each strictly after every place already
 // taken (one microsecond apart, the precision the API stores), so that the
 // queue's order is total and the same in every later decision.
-func (d *decider) placeAll(idx []int, inherited map[int]time.Time) {
+func (d *decider) placeAll(idx []int) {
 	var newcomers []int
 	back := d.now.Add(-time.Microsecond)
 	for _, i := range idx {
 		switch {
 		case !d.claims[i].QueuedAt.IsZero():
 			d.place[i] = d.claims[i].QueuedAt
-		case !inherited[i].IsZero():
-			d.place[i] = inherited[i]
+		case !d.place[i].IsZero():
 		default:
 			newcomers = append(newcomers, i)
 			continue
@@ -414,7 +457,12 @@ func (d *decider) placeAll(idx []int, inherited map[int]time.Time) {
 			back = d.place[i]
 		}
 	}
-	slices.SortFunc(newcomers, func(i, j int) int { return compareArrival(d.claims[i], d.claims[j]) })
+	slices.SortFunc(newcomers, func(i, j int) int {
+		if c := d.orderTime[i].Compare(d.orderTime[j]); c != 0 {
+			return c
+		}
+		return compareArrival(d.claims[i], d.claims[j])
+	})
 	for _, i := range newcomers {
 		back = back.Add(time.Microsecond)
 		d.place[i] = back
@@ -491,7 +539,7 @@ func (d *decider) decision() Decision {
 	case d.newHolder != none:
 		c := d.claims[d.newHolder]
 		out.Grant = Grant{Holder: c.Name, HolderUID: c.UID, Token: d.maxToken() + 1, AcquiredAt: d.now,
-			Lines: d.recordLine(c), Ended: d.ended}
+			Lines: d.recordLine(c), Ended: d.ended, Writer: c.Writer}
 		out.GrantChanged = true
 	case d.grant.Holder != "":
 		// The holder ended or vanished and nobody takes over: free the lock,
@@ -620,6 +668,21 @@ func (d *decider) writeOrder() []Verdict {
 	out := make([]Verdict, len(order))
 	for k, i := range order {
 		out[k] = d.verdicts[i]
+	}
+	return out
+}
+
+// byIdentity returns a copy of claims sorted by identity, so that nothing
+// depends on the input order. It sorts indices and copies each claim once.
+func byIdentity(claims []Claim) []Claim {
+	order := make([]int32, len(claims))
+	for k := range order {
+		order[k] = int32(k)
+	}
+	slices.SortFunc(order, func(a, b int32) int { return compareIdentity(claims[a], claims[b]) })
+	out := make([]Claim, len(claims))
+	for k, i := range order {
+		out[k] = claims[i]
 	}
 	return out
 }

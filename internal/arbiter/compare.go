@@ -46,6 +46,11 @@ func compareNewer(a, b Claim) int {
 	if c := OrderTime(b).Compare(OrderTime(a)); c != 0 {
 		return c
 	}
+	return compareNewerTie(a, b)
+}
+
+// compareNewerTie is compareNewer on claims of equal OrderTime.
+func compareNewerTie(a, b Claim) int {
 	if c := compareFirst(a.Phase == Waiting, b.Phase == Waiting); c != 0 {
 		return c
 	}

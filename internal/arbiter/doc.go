@@ -90,8 +90,8 @@
 //     token is one above the highest known: the grant's and every input
 //     claim's, terminal ones included, so that a token is never reused even
 //     if the grant record was lost. A freed lock keeps that highest token as
-//     its floor. The grant records the granted build in Lines, and how the
-//     previous hold ended in Ended.
+//     its floor. The grant records the granted build in Lines, how the
+//     previous hold ended in Ended, and the new holder's Writer.
 //  7. A waiter that dies leaves. A Pending or Waiting claim whose pod finished
 //     or is gone becomes Released with reason PodFinished or PodGone.
 //     A claim that a person force-released (Claim.ForceRelease) leaves too,

@@ -175,6 +175,7 @@ func genInput(ch chooser) input {
 		if ch.intn(4) == 1 {
 			c.Timestamp = time.Time{}
 		}
+		c.Writer = []Writer{{}, {PodUID: "pod-" + c.Name}, {Username: "system:serviceaccount:ci:" + c.Name}}[ch.intn(3)]
 	}
 	for range ch.intn(4) {
 		repo, branch, _ := strings.Cut(genLines[ch.intn(len(genLines))], "@")
@@ -383,8 +384,11 @@ func checkInvariants(in input, d Decision) error {
 		if remembered(d.Grant, h, in.now, in.policy) != h.Build {
 			fail("granted build %d of %s@%s, the grant remembers %v", h.Build, h.Repo, h.Branch, d.Grant.Lines)
 		}
+		if d.Grant.Writer != h.Writer {
+			fail("granted %s, whose writer is %+v, but recorded writer %+v", h.Name, h.Writer, d.Grant.Writer)
+		}
 	default:
-		if d.Grant.Holder != "" || d.Grant.Token != maxToken || in.grant.Holder == "" {
+		if d.Grant.Holder != "" || d.Grant.Token != maxToken || in.grant.Holder == "" || d.Grant.Writer != (Writer{}) {
 			fail("freed grant %s after %s (highest token %d)", d.Grant, in.grant, maxToken)
 		}
 	}
@@ -488,7 +492,7 @@ func checkSupersessions(in input, d Decision, fail func(string, ...any)) {
 		if q := a.QueuedAt.Compare(b.QueuedAt); q != 0 {
 			return q
 		}
-		return compareArrival(inputs[a.Name], inputs[b.Name])
+		return strings.Compare(a.Name, b.Name) // places tie only in inconsistent inputs
 	})
 	last := map[line]int64{}
 	for _, v := range goes {

@@ -21,13 +21,17 @@ func (d *decider) message(i int, grant Grant) string {
 	case ReasonAcquired:
 		return d.heldMessage(c, v, grant)
 	case ReasonWaitingForHolder:
-		return fmt.Sprintf("Waiting for %s to release %s.", build(d.claims[d.holder()]), target)
+		w := d.sentence("Waiting for ")
+		w.build(d.claims[d.holder()], false)
+		return w.done(" to release ", target, ".")
 	case ReasonQueued:
 		ahead := d.ahead[i]
 		if ahead == none {
 			ahead = d.holder()
 		}
-		return fmt.Sprintf("Queued for %s behind %s.", target, build(d.claims[ahead]))
+		w := d.sentence("Queued for ", target, " behind ")
+		w.build(d.claims[ahead], false)
+		return w.done(".")
 	case ReasonSupersededByNewerBuild, ReasonDuplicateBuild:
 		return d.supersededMessage(i)
 	case ReasonPodFinished, ReasonPodGone:
@@ -76,7 +80,7 @@ func (d *decider) heldMessage(c Claim, v Verdict, grant Grant) string {
 // supersededMessage says which build made claim i obsolete.
 func (d *decider) supersededMessage(i int) string {
 	c, v, target := d.claims[i], d.verdicts[i], d.lock.Target
-	if r := d.byMemory[i]; r != nil {
+	if r := d.byMemory[i]; r.Build > 0 {
 		held := capitalized(build(Claim{Repo: r.Repo, Branch: r.Branch, Build: r.Build}))
 		if v.Reason == ReasonDuplicateBuild {
 			return fmt.Sprintf("%s already held %s at %s; this claim of the same build will not deploy "+
@@ -86,18 +90,56 @@ func (d *decider) supersededMessage(i int) string {
 			held, target, stamp(r.HeldAt))
 	}
 	if v.Reason == ReasonDuplicateBuild {
-		return fmt.Sprintf("%s is already claimed by BuildLock %s; this duplicate will not deploy.",
-			capitalized(build(c)), v.SupersededBy)
+		w := d.sentence()
+		w.build(c, true)
+		return w.done(" is already claimed by BuildLock ", v.SupersededBy, "; this duplicate will not deploy.")
 	}
 	by := d.supersededBy[i]
-	what := ""
+	w := d.sentence()
+	w.build(d.claims[by], true)
+	w.add(" is newer")
 	switch d.verdicts[by].Phase {
 	case Held:
-		what = " and holds " + target
+		w.add(" and holds ", target)
 	case Waiting:
-		what = " and waits for " + target
+		w.add(" and waits for ", target)
 	}
-	return fmt.Sprintf("%s is newer%s; this build will not deploy.", capitalized(build(d.claims[by])), what)
+	return w.done("; this build will not deploy.")
+}
+
+// sentence builds one message in the decider's buffer, with one allocation
+// (the resulting string): a lock with thousands of claims is decided often.
+type sentence struct{ b *[]byte }
+
+// sentence starts a message with parts.
+func (d *decider) sentence(parts ...string) sentence {
+	d.buf = d.buf[:0]
+	w := sentence{&d.buf}
+	w.add(parts...)
+	return w
+}
+
+func (w sentence) add(parts ...string) {
+	for _, p := range parts {
+		*w.b = append(*w.b, p...)
+	}
+}
+
+// build appends "build 43 of acme/shop@main" (capitalized: "Build ...").
+func (w sentence) build(c Claim, capital bool) {
+	if capital {
+		w.add("Build ")
+	} else {
+		w.add("build ")
+	}
+	*w.b = strconv.AppendInt(*w.b, c.Build, 10)
+	w.add(" of ", c.Repo, "@", printable(c.Branch))
+}
+
+// done appends parts and returns the message.
+func (w sentence) done(parts ...string) string {
+	w.add(parts...)
+	return string(*w.b)
 }
 
 // wasHolding reports whether claim i held (in its status, or in the grant)

@@ -122,6 +122,21 @@ type Claim struct {
 	// free text: messages quote at most MaxQuotedLength characters of it,
 	// escaped.
 	ForceRelease string
+	// Writer is who may write into an enforced target while this claim
+	// holds it; the grant records it.
+	Writer Writer
+}
+
+// Writer is the identity whose writes an enforced target admits from its
+// holder: a pod (by UID), else a user name.
+type Writer struct {
+	// PodUID, when set, is the only pod whose service-account token is the
+	// holder's: the claim's podRef.uid, or the pod its requester's token
+	// was bound to.
+	PodUID string
+	// Username is the holder's requester, for a pod-less holder whose
+	// requester had no pod-bound token.
+	Username string
 }
 
 // Grant is the lock's grant record (the Lease): who holds it, since when,
@@ -142,6 +157,10 @@ type Grant struct {
 	// (zero otherwise): a claim still shown Held whose end was never written
 	// gets this ending instead of LockLost.
 	Ended Ending
+	// Writer is the holder's Writer, recorded with the grant so that an
+	// enforced target admits the holder's writes and no one else's, and
+	// never ahead of the grant.
+	Writer Writer
 }
 
 // LineRecord says that build Build of the line Repo@Branch was granted the
@@ -166,7 +185,7 @@ type Ending struct {
 // Equal reports whether two grant records are the same.
 func (g Grant) Equal(o Grant) bool {
 	return g.Holder == o.Holder && g.HolderUID == o.HolderUID && g.Token == o.Token &&
-		g.AcquiredAt.Equal(o.AcquiredAt) && g.Ended.equal(o.Ended) &&
+		g.AcquiredAt.Equal(o.AcquiredAt) && g.Ended.equal(o.Ended) && g.Writer == o.Writer &&
 		slices.EqualFunc(g.Lines, o.Lines, LineRecord.equal)
 }
 

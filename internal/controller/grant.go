@@ -68,7 +68,7 @@ type endingRecord struct {
 // concurrent writer makes this call fail with a Conflict or AlreadyExists
 // error, and the caller decides again. The Lease's renewTime says when it was
 // last written (deleteIdleLease counts from it).
-func writeGrant(ctx context.Context, c client.Client, lock arbiter.Lock, read *coordinationv1.Lease, grant arbiter.Grant, now time.Time) (*coordinationv1.Lease, error) {
+func writeGrant(ctx context.Context, c client.Client, lock arbiter.Lock, read *coordinationv1.Lease, grant arbiter.Grant, e *enforcement, now time.Time) (*coordinationv1.Lease, error) {
 	lease := &coordinationv1.Lease{}
 	if read != nil {
 		lease = read.DeepCopy()
@@ -96,14 +96,8 @@ func writeGrant(ctx context.Context, c client.Client, lock arbiter.Lock, read *c
 	if err := setGrantAnnotations(lease, grant); err != nil {
 		return nil, err
 	}
-
-	var err error
-	if read == nil {
-		err = c.Create(ctx, lease)
-	} else {
-		err = c.Update(ctx, lease)
-	}
-	if err != nil {
+	setEnforcement(lease, e)
+	if err := compareAndSwap(ctx, c, lease, read != nil); err != nil {
 		return nil, fmt.Errorf("writing grant Lease %s/%s: %w", lease.Namespace, lease.Name, err)
 	}
 	return lease, nil
@@ -115,8 +109,15 @@ func setGrantAnnotations(lease *coordinationv1.Lease, grant arbiter.Grant) error
 	if lease.Annotations == nil {
 		lease.Annotations = map[string]string{}
 	}
-	delete(lease.Annotations, linesAnnotation)
-	delete(lease.Annotations, endedAnnotation)
+	for _, key := range []string{linesAnnotation, endedAnnotation, writerPodAnnotation, writerUserAnnotation} {
+		delete(lease.Annotations, key)
+	}
+	if grant.Writer.PodUID != "" {
+		lease.Annotations[writerPodAnnotation] = grant.Writer.PodUID
+	}
+	if grant.Writer.Username != "" {
+		lease.Annotations[writerUserAnnotation] = grant.Writer.Username
+	}
 	if len(grant.Lines) > 0 {
 		records := make([]lineRecord, len(grant.Lines))
 		for i, r := range grant.Lines {
@@ -167,6 +168,7 @@ func grantFromLease(lease *coordinationv1.Lease, floor int64) arbiter.Grant {
 	if lease.Spec.AcquireTime != nil {
 		g.AcquiredAt = lease.Spec.AcquireTime.Time
 	}
+	g.Writer = arbiter.Writer{PodUID: lease.Annotations[writerPodAnnotation], Username: lease.Annotations[writerUserAnnotation]}
 	var records []lineRecord
 	if s := lease.Annotations[linesAnnotation]; s != "" && json.Unmarshal([]byte(s), &records) == nil {
 		for _, r := range records {
@@ -225,16 +227,20 @@ func raiseTokenFloor(ctx context.Context, c client.Client, namespace string, rea
 		lease.Labels = map[string]string{managedByLabel: managedByValue}
 	}
 	lease.Spec.LeaseTransitions = ptr.To(int32(max(floor, token)))
-	var err error
-	if read == nil {
-		err = c.Create(ctx, lease)
-	} else {
-		err = c.Update(ctx, lease)
-	}
-	if err != nil {
+	if err := compareAndSwap(ctx, c, lease, read != nil); err != nil {
 		return fmt.Errorf("raising the token floor of namespace %q to %d: %w", namespace, token, err)
 	}
 	return nil
+}
+
+// compareAndSwap writes a Lease that was read (an update carrying the
+// resourceVersion read, which fails with a Conflict if another writer came
+// first) or that was not there (a create, which fails with AlreadyExists).
+func compareAndSwap(ctx context.Context, c client.Client, lease *coordinationv1.Lease, read bool) error {
+	if read {
+		return c.Update(ctx, lease)
+	}
+	return c.Create(ctx, lease)
 }
 
 // deleteIdleLease deletes the grant Lease of a lock that has no claims and

@@ -63,12 +63,16 @@ func getLease(ctx context.Context, reader client.Reader, lock arbiter.Lock) (*co
 	return &lease, nil
 }
 
-// observePods reads, live, the pod of every claim that can still change and
-// has a podRef and no entry in known. A pod counts as gone only when the API
-// server says so (NotFound, or another UID); any other error leaves it
-// unknown, which the arbiter treats as alive, and is returned so that the
-// lock is decided again.
-func observePods(ctx context.Context, reader client.Reader, claims []buildlockv1.BuildLock, known map[string]arbiter.PodState) (map[string]arbiter.PodState, error) {
+// observePods returns what is known of the pod of every claim that can
+// still change and has a podRef: the state from known (this reconcile's
+// earlier observation), else from the cache when it is certain there (a
+// pod of the claim's UID, running or finished: a pod never leaves
+// Succeeded or Failed, and a stale Running counts as alive anyway), else
+// read live: a pod counts as gone only when the API server says so
+// (NotFound, or another UID). Any other error leaves it unknown, which the
+// arbiter treats as alive, and is returned so that the lock is decided
+// again.
+func (r *LockReconciler) observePods(ctx context.Context, claims []buildlockv1.BuildLock, known map[string]arbiter.PodState) (map[string]arbiter.PodState, error) {
 	type read struct {
 		claim string
 		state arbiter.PodState
@@ -85,12 +89,15 @@ func observePods(ctx context.Context, reader client.Reader, claims []buildlockv1
 			states[bl.Name] = s
 			continue
 		}
+		if s, ok := r.cachedPodState(ctx, bl); ok {
+			states[bl.Name] = s
+			continue
+		}
 		toRead = append(toRead, bl)
 	}
-	// A lock has few live claims (a holder, a waiter, new arrivals): read
-	// their pods at once rather than one round trip after another.
-	// A few at a time: a burst of new claims on one target must not become
-	// a burst of requests.
+	// Read the rest at once rather than one round trip after another, a few
+	// at a time: a burst of new claims on one target must not become a
+	// burst of requests.
 	reads := make([]read, len(toRead))
 	slots := make(chan struct{}, maxConcurrentPodReads)
 	var wg sync.WaitGroup
@@ -98,19 +105,33 @@ func observePods(ctx context.Context, reader client.Reader, claims []buildlockv1
 		slots <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			s, err := readPodState(ctx, reader, bl)
+			s, err := readPodState(ctx, r.APIReader, bl)
 			reads[i] = read{claim: bl.Name, state: s, err: err}
 		})
 	}
 	wg.Wait()
 	var firstErr error
-	for _, r := range reads {
-		states[r.claim] = r.state
-		if r.err != nil && firstErr == nil {
-			firstErr = r.err
+	for _, rd := range reads {
+		states[rd.claim] = rd.state
+		if rd.err != nil && firstErr == nil {
+			firstErr = rd.err
 		}
 	}
 	return states, firstErr
+}
+
+// cachedPodState returns the state of the claim's pod from the cache when
+// the cache is certain of it: the pod is there, with the claim's UID (or the
+// claim names no UID).
+func (r *LockReconciler) cachedPodState(ctx context.Context, bl *buildlockv1.BuildLock) (arbiter.PodState, bool) {
+	var pod corev1.Pod
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: bl.Namespace, Name: bl.Spec.PodRef.Name}, &pod); err != nil {
+		return arbiter.PodUnknown, false
+	}
+	if s := podState(bl, &pod); s != arbiter.PodGone {
+		return s, true
+	}
+	return arbiter.PodUnknown, false
 }
 
 func readPodState(ctx context.Context, reader client.Reader, bl *buildlockv1.BuildLock) (arbiter.PodState, error) {
@@ -121,13 +142,20 @@ func readPodState(ctx context.Context, reader client.Reader, bl *buildlockv1.Bui
 		return arbiter.PodGone, nil
 	case err != nil:
 		return arbiter.PodUnknown, fmt.Errorf("reading pod %s/%s of BuildLock %s: %w", bl.Namespace, bl.Spec.PodRef.Name, bl.Name, err)
-	case bl.Spec.PodRef.UID != "" && string(pod.UID) != bl.Spec.PodRef.UID:
-		return arbiter.PodGone, nil
-	case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
-		return arbiter.PodFinished, nil
-	default:
-		return arbiter.PodAlive, nil
 	}
+	return podState(bl, &pod), nil
+}
+
+// podState is what pod means for claim bl: gone when it is another pod than
+// the one the claim names, finished when it Succeeded or Failed.
+func podState(bl *buildlockv1.BuildLock, pod *corev1.Pod) arbiter.PodState {
+	switch {
+	case bl.Spec.PodRef.UID != "" && string(pod.UID) != bl.Spec.PodRef.UID:
+		return arbiter.PodGone
+	case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
+		return arbiter.PodFinished
+	}
+	return arbiter.PodAlive
 }
 
 // arbiterInputs converts an observation into the arbiter's plain inputs.
@@ -152,6 +180,7 @@ func toArbiterClaim(bl *buildlockv1.BuildLock, pods map[string]arbiter.PodState)
 		Pod:          arbiter.NoPod,
 		ExpiresAfter: buildlockv1.DefaultExpiresAfter,
 		ForceRelease: bl.Annotations[buildlockv1.ForceReleaseAnnotation],
+		Writer:       writerOf(bl),
 	}
 	if bl.Spec.Timestamp != nil {
 		c.Timestamp = bl.Spec.Timestamp.Time

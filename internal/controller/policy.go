@@ -23,6 +23,10 @@ type lockPolicy struct {
 	object *buildlockv1.BuildLockPolicy
 	// ready is the Ready condition object's status must have.
 	ready metav1.Condition
+	// enforce is what the policy asks the API server to enforce (nil:
+	// nothing), and enforced the Enforced condition its status must have.
+	enforce  *enforcement
+	enforced metav1.Condition
 }
 
 // lockPolicy reads the lock's BuildLockPolicy from the cache and turns it
@@ -49,6 +53,7 @@ func policyFor(obj *buildlockv1.BuildLockPolicy, lock arbiter.Lock, maxHold, ret
 		return p
 	}
 	p.object = obj
+	p.enforce = enforcementOf(obj)
 	p.ready = metav1.Condition{Type: buildlockv1.ConditionReady, ObservedGeneration: obj.Generation}
 	ordering, ok := orderings[obj.Spec.Ordering]
 	if !ok {
@@ -91,6 +96,12 @@ func (r *LockReconciler) updatePolicyStatus(ctx context.Context, p lockPolicy) e
 	status.ObservedGeneration = p.object.Generation
 	p.ready.LastTransitionTime = metav1.Now()
 	changed := meta.SetStatusCondition(&status.Conditions, p.ready)
+	if p.enforce != nil {
+		p.enforced.LastTransitionTime = p.ready.LastTransitionTime
+		changed = meta.SetStatusCondition(&status.Conditions, p.enforced) || changed
+	} else {
+		changed = meta.RemoveStatusCondition(&status.Conditions, buildlockv1.ConditionEnforced) || changed
+	}
 	if !changed && status.ObservedGeneration == p.object.Status.ObservedGeneration {
 		return nil
 	}

@@ -1,10 +1,45 @@
 // Package controller applies the arbiter's decisions to the cluster. It
 // reconciles a lock (a namespace and a target), not a single BuildLock: every
-// event about a claim or its pod maps to the lock it concerns, so the
-// workqueue serializes all work on one lock. A reconcile observes the lock,
-// asks the arbiter once, and applies the decision: the grant first, as a
-// compare-and-swap on the lock's Lease, then each claim's status, each write
-// conditional on the resourceVersion it was computed from.
+// event about a claim, its pod, its policy or its grant Lease maps to the
+// lock it concerns, so the workqueue serializes all work on one lock (and
+// serves namespaces in turn, so that a burst in one delays no other). A
+// reconcile observes the lock, asks the arbiter once, and applies the
+// decision: the grant first, as a compare-and-swap on the lock's Lease, then
+// each claim's status, each write conditional on the resourceVersion it was
+// computed from.
+//
+// # Deciding from the cache, safely
+//
+// A reconcile reads the lock's claims, its Lease, its policy and its pods
+// from the informer cache, and a pod live only when the cache cannot tell
+// for sure that it is there. Any of these may be stale. What keeps a stale read from
+// doing harm:
+//
+//   - A decision that changes the grant (a hand-off, a freed lock) is written
+//     as an update of the Lease carrying the resourceVersion it was decided
+//     from. If the cached Lease was stale, the API server refuses the write
+//     (Conflict, or AlreadyExists for a Lease the cache did not have yet),
+//     and the lock is decided again at once on live reads: the claims, then
+//     the Lease, so that the grant is never older than the claims.
+//   - A decision that starts or ends a hold, or ends a claim, without
+//     changing the grant is guarded by no compare-and-swap on the grant (a
+//     status write is conditional on its claim only): with a stale Lease it
+//     could release a live holder (LockLost), show a second claim Held, or
+//     supersede the claim the grant names. Such decisions are taken again on
+//     live reads before anything is written (needsLiveConfirmation). They are
+//     not on a hand-off's path: a hand-off changes the grant.
+//   - Every other status write (a claim that waits, or that keeps its phase)
+//     is conditional on the claim's resourceVersion: a stale claim fails the
+//     write, and the lock is decided again. A stale grant can at worst make
+//     a claim the grant names look Waiting for a moment; its next decision
+//     shows it Held.
+//   - A pod counts as finished on the cache's word (a pod never leaves
+//     Succeeded or Failed), and as gone only on a live read (NotFound, or
+//     another UID): the cache may not have seen it yet. A pod that cannot be
+//     read counts as alive, and a stale Running is alive too.
+//   - The namespace's token floor is read live whenever a Lease must be
+//     created: no compare-and-swap would catch a stale floor, and a token
+//     must never repeat.
 package controller
 
 import (
@@ -13,6 +48,7 @@ import (
 	"sync"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -62,6 +98,8 @@ type LockReconciler struct {
 // +kubebuilder:rbac:groups=buildlock.io,resources=buildlockpolicies/status,verbs=update
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicybindings,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile decides one lock and applies the decision.
@@ -77,28 +115,36 @@ func (r *LockReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	// Decide from the cache; the package comment says why that is safe:
+	// a decision that changes the grant is a compare-and-swap on the Lease
+	// it was computed from, and one that ends or starts a hold or ends a
+	// claim without changing the grant is confirmed on live reads first.
 	obs, err := r.observe(ctx, lock)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	decision := r.decide(lock, obs, now, policy.arbiter)
-
-	lease := obs.lease // the Lease as it is after this reconcile's writes
-	if decision.GrantChanged {
-		// The cache may be stale: decide again on a live read, and record the
-		// grant only if the Lease is still what that read returned.
+	if needsLiveConfirmation(decision) {
 		if obs, err = r.observeLive(ctx, lock, obs); err != nil {
 			return ctrl.Result{}, err
 		}
-		lease = obs.lease
 		decision = r.decide(lock, obs, now, policy.arbiter)
-		if decision.GrantChanged {
-			if lease, err = writeGrant(ctx, r.Client, lock, obs.lease, decision.Grant, now); err != nil {
-				r.Metrics.observeGrantWriteError(err)
-				return r.retryOnRace(ctx, err)
-			}
-			log.V(1).Info("Recorded grant", "holder", decision.Grant.Holder, "fencingToken", decision.Grant.Token)
+	}
+
+	obs, decision, lease, err := r.applyGrant(ctx, lock, obs, decision, policy, now)
+	if err != nil {
+		r.Metrics.observeGrantWriteError(err)
+		return r.retryOnRace(ctx, err)
+	}
+	if !enforcementCurrent(lease, policy.enforce) || (lease == nil && policy.enforce != nil) {
+		// An enforced lock always has a Lease (a free lock then refuses
+		// every pipeline write), which carries the policy's pipelines.
+		if lease, err = writeGrant(ctx, r.Client, lock, lease, decision.Grant, policy.enforce, now); err != nil {
+			return r.retryOnRace(ctx, err)
 		}
+	}
+	if err := r.syncEnforcement(ctx, lock, &policy); err != nil {
+		return r.retryOnRace(ctx, err)
 	}
 
 	if err := r.applyStatuses(ctx, obs, decision, now); err != nil {
@@ -113,7 +159,7 @@ func (r *LockReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if err != nil {
 		return r.retryOnRace(ctx, err)
 	}
-	if len(obs.claims) == 0 {
+	if len(obs.claims) == 0 && policy.enforce == nil {
 		// A lock nobody claims keeps its Lease for GrantRetention after its
 		// last write, then lets it go (keeping the token floor).
 		due, err := deleteIdleLease(ctx, r.Client, r.APIReader, lease, r.GrantRetention, now)
@@ -131,53 +177,103 @@ func (r *LockReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	return ctrl.Result{RequeueAfter: untilEarliest(now, decision.NextLook, next)}, nil
 }
 
-// observe gathers one lock's claims from the cache, then its grant Lease
-// and its pods, live: the grant is the one input that must never be stale,
-// and a pod counts as gone only on the API server's word.
+// applyGrant writes the grant of a decision that changes it: a
+// compare-and-swap on the Lease the decision was computed from. When the
+// cache was behind the Lease, it decides again on live reads at once (rather
+// than after a requeue, for a hand-off waits) and tries once more. It
+// returns the observation and decision that stand, and the Lease as it is
+// after the write.
+func (r *LockReconciler) applyGrant(ctx context.Context, lock arbiter.Lock, obs observation, d arbiter.Decision, policy lockPolicy, now time.Time) (observation, arbiter.Decision, *coordinationv1.Lease, error) {
+	if !d.GrantChanged {
+		return obs, d, obs.lease, nil
+	}
+	lease, err := writeGrant(ctx, r.Client, lock, obs.lease, d.Grant, policy.enforce, now)
+	if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
+		if obs, err = r.observeLive(ctx, lock, obs); err != nil {
+			return obs, d, nil, err
+		}
+		d = r.decide(lock, obs, now, policy.arbiter)
+		lease = obs.lease
+		if d.GrantChanged {
+			lease, err = writeGrant(ctx, r.Client, lock, obs.lease, d.Grant, policy.enforce, now)
+		}
+	}
+	if err == nil && d.GrantChanged {
+		logf.FromContext(ctx).V(1).Info("Recorded grant", "holder", d.Grant.Holder, "fencingToken", d.Grant.Token)
+	}
+	return obs, d, lease, err
+}
+
+// observe gathers one lock from the cache: its claims, its grant Lease, and
+// what is known of its claims' pods (read live only when a pod changed since
+// it was last read). Only a lock without a Lease reads something live on
+// every reconcile: the namespace's token floor, which a new Lease's first
+// token must be above.
 func (r *LockReconciler) observe(ctx context.Context, lock arbiter.Lock) (observation, error) {
 	claims, err := listClaims(ctx, r.Client, lock)
 	if err != nil {
 		return observation{}, err
 	}
-	return r.observeGrantAndPods(ctx, lock, claims, nil)
+	return r.observeGrantAndPods(ctx, r.Client, lock, claims, nil)
 }
 
-// observeLive re-reads the lock's claims from the API server before a grant
-// changes, and then the Lease. The grant must never be older than the claims
-// it is decided with: a grant read before the claims would make a hold
-// granted meanwhile (by another manager) look lost, and release a live holder
-// with a status write that no compare-and-swap stops, since that decision
-// changes no grant. The pods already observed are kept.
+// observeLive re-reads the lock's claims from the API server, and then the
+// Lease. The grant must never be older than the claims it is decided with:
+// a grant read before the claims would make a hold granted meanwhile (by
+// another manager) look lost, and release a live holder with a status write
+// that no compare-and-swap stops, since that decision changes no grant. The
+// pods already observed are kept.
 func (r *LockReconciler) observeLive(ctx context.Context, lock arbiter.Lock, cached observation) (observation, error) {
 	claims, err := listClaims(ctx, r.APIReader, lock)
 	if err != nil {
 		return observation{}, err
 	}
-	return r.observeGrantAndPods(ctx, lock, claims, cached.pods)
+	return r.observeGrantAndPods(ctx, r.APIReader, lock, claims, cached.pods)
 }
 
-// observeGrantAndPods reads the Lease and the claims' pods live and at once:
-// a hand-off waits on these reads. Both are read after the claims (see
-// observeLive).
-func (r *LockReconciler) observeGrantAndPods(ctx context.Context, lock arbiter.Lock, claims []buildlockv1.BuildLock, knownPods map[string]arbiter.PodState) (observation, error) {
+// observeGrantAndPods reads the Lease through reader (after the claims: see
+// observeLive) and the claims' pods, at once.
+func (r *LockReconciler) observeGrantAndPods(ctx context.Context, reader client.Reader, lock arbiter.Lock, claims []buildlockv1.BuildLock, knownPods map[string]arbiter.PodState) (observation, error) {
 	var (
 		obs      = observation{claims: claims}
 		leaseErr error
 		wg       sync.WaitGroup
 	)
 	wg.Go(func() {
-		if obs.lease, leaseErr = getLease(ctx, r.APIReader, lock); leaseErr == nil && obs.lease == nil {
+		if obs.lease, leaseErr = getLease(ctx, reader, lock); leaseErr == nil && obs.lease == nil {
 			// A lock without a Lease issues tokens above the floor that
-			// the namespace's deleted Leases left.
+			// the namespace's deleted Leases left: read live, since no
+			// compare-and-swap would catch a stale one.
 			obs.floor, _, leaseErr = readTokenFloor(ctx, r.APIReader, lock.Namespace)
 		}
 	})
-	obs.pods, obs.podErr = observePods(ctx, r.APIReader, claims, knownPods)
+	obs.pods, obs.podErr = r.observePods(ctx, claims, knownPods)
 	wg.Wait()
 	if leaseErr != nil {
 		return observation{}, leaseErr
 	}
 	return obs, nil
+}
+
+// needsLiveConfirmation reports whether a decision taken on the cache must
+// be taken again on live reads before it is applied: it starts or ends a
+// hold, or ends a claim, without changing the grant. No compare-and-swap
+// guards such a decision (statuses are conditional on the claim only, not on
+// the grant), so a stale grant in the cache could otherwise release a live
+// holder or end a claim the grant names.
+func needsLiveConfirmation(d arbiter.Decision) bool {
+	if d.GrantChanged {
+		return false
+	}
+	for _, v := range d.Verdicts {
+		if v.Reason == "" {
+			continue
+		}
+		if (v.From == arbiter.Held) != (v.Phase == arbiter.Held) || (v.Phase.IsTerminal() && !v.From.IsTerminal()) {
+			return true
+		}
+	}
+	return false
 }
 
 func (r *LockReconciler) decide(lock arbiter.Lock, obs observation, now time.Time, policy arbiter.Policy) arbiter.Decision {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -175,7 +176,8 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	// Register every informer the controller watches before the manager
 	// starts, so that waiting for the cache to sync (readiness, tests)
 	// covers them all.
-	for _, obj := range []client.Object{&buildlockv1.BuildLock{}, &buildlockv1.BuildLockPolicy{}, &coordinationv1.Lease{}, podMetadata()} {
+	for _, obj := range []client.Object{&buildlockv1.BuildLock{}, &buildlockv1.BuildLockPolicy{}, &coordinationv1.Lease{},
+		&admissionv1.ValidatingAdmissionPolicyBinding{}, &corev1.Pod{}, namespaceMetadata()} {
 		if _, err := mgr.GetCache().GetInformer(context.Background(), obj, cache.BlockUntilSynced(false)); err != nil {
 			return fmt.Errorf("registering the informer of %T: %w", obj, err)
 		}
@@ -202,26 +204,26 @@ type SetupOptions struct {
 	SkipNameValidation bool
 }
 
-// podMetadata is the type under which pods are watched: metadata only, so
-// that the cache does not hold full Pod objects of the whole cluster.
-func podMetadata() *metav1.PartialObjectMetadata {
-	pod := &metav1.PartialObjectMetadata{}
-	pod.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
-	return pod
+// namespaceMetadata is the type under which namespaces are watched: their
+// labels say whether a target consents to enforcement.
+func namespaceMetadata() *metav1.PartialObjectMetadata {
+	ns := &metav1.PartialObjectMetadata{}
+	ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
+	return ns
 }
 
 // CacheOptions returns the manager's cache settings: only the given
-// namespaces (all when empty); pods reduced to the little that maps their
-// events to locks, so that memory does not grow with unrelated pods' labels,
-// annotations and managed fields; and only buildlock's own Leases.
+// namespaces (all when empty); pods reduced to their identity and phase, so
+// that memory does not grow with unrelated pods' specs, labels and managed
+// fields; and only buildlock's own Leases and bindings.
 func CacheOptions(namespaces []string) cache.Options {
+	ours := labels.SelectorFromSet(labels.Set{managedByLabel: managedByValue})
 	opts := cache.Options{
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
-			podMetadata(): {Transform: stripPodMetadata},
-			&coordinationv1.Lease{}: {
-				Label: labels.SelectorFromSet(labels.Set{managedByLabel: managedByValue}),
-			},
+			&corev1.Pod{}:           {Transform: stripPod},
+			&coordinationv1.Lease{}: {Label: ours},
+			&admissionv1.ValidatingAdmissionPolicyBinding{}: {Label: ours},
 		},
 	}
 	if len(namespaces) > 0 {
@@ -233,28 +235,32 @@ func CacheOptions(namespaces []string) cache.Options {
 	return opts
 }
 
-// stripPodMetadata keeps only a pod's identity: the controller reads a
-// referenced pod's phase live, and needs the watch only to learn that
-// something about the pod changed.
-func stripPodMetadata(obj any) (any, error) {
-	pod, ok := obj.(*metav1.PartialObjectMetadata)
+// stripPod keeps only what the controller needs of a pod: its identity and
+// its phase. So the cache holds a few hundred bytes per pod of the cluster,
+// not whole pods, and deciding a lock reads no pod live unless the cache
+// cannot say it is gone for sure.
+func stripPod(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
 	if !ok {
 		return obj, nil
 	}
-	return &metav1.PartialObjectMetadata{
+	return &corev1.Pod{
 		TypeMeta: pod.TypeMeta,
 		ObjectMeta: metav1.ObjectMeta{
 			Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID,
 			ResourceVersion: pod.ResourceVersion, DeletionTimestamp: pod.DeletionTimestamp,
 		},
+		Status: corev1.PodStatus{Phase: pod.Status.Phase},
 	}, nil
 }
 
 // SetupWithManager registers the indexes and watches of the lock controller:
 // BuildLocks map to their lock; pods map to the locks of the claims that
-// reference them; a BuildLockPolicy to the lock it is named after; and a grant
+// reference them; a BuildLockPolicy to the lock it is named after; a grant
 // Lease, when the cache first sees it, to its lock (so that the Leases of
-// locks nobody claims any more are cleaned up after a restart too).
+// locks nobody claims any more are cleaned up after a restart too); a
+// namespace whose buildlock.io/locked-by label changes, and an enforcement
+// binding that was deleted, to the lock they concern.
 func (r *LockReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts SetupOptions) error {
 	indexer := mgr.GetFieldIndexer()
 	if err := indexer.IndexField(ctx, &buildlockv1.BuildLock{}, targetField, func(obj client.Object) []string {
@@ -298,6 +304,26 @@ func (r *LockReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager,
 		}
 		return nil
 	})
+	// A namespace that consents (or stops consenting) to a lock's
+	// enforcement changes that lock's Enforced condition; on an update the
+	// map sees the old labels and the new.
+	namespaceToLock := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
+		if owner := obj.GetLabels()[buildlockv1.LockedByLabel]; owner != "" {
+			return []reconcile.Request{lockRequest(owner, obj.GetName())}
+		}
+		return nil
+	})
+	bindingToLock := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
+		if ns, target := obj.GetLabels()[claimsNamespaceLabel], obj.GetLabels()[targetLabel]; ns != "" && target != "" {
+			return []reconcile.Request{lockRequest(ns, target)}
+		}
+		return nil
+	})
+	onlyDeletes := predicate.Funcs{
+		CreateFunc:  func(event.CreateEvent) bool { return false },
+		UpdateFunc:  func(event.UpdateEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
 	onlyCreates := predicate.Funcs{
 		UpdateFunc:  func(event.UpdateEvent) bool { return false },
 		DeleteFunc:  func(event.DeleteEvent) bool { return false },
@@ -311,9 +337,11 @@ func (r *LockReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager,
 		// force-release is an annotation.
 		Watches(&buildlockv1.BuildLock{}, claimToLock, builder.WithPredicates(
 			predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
-		WatchesMetadata(&corev1.Pod{}, podToLocks).
+		Watches(&corev1.Pod{}, podToLocks).
 		Watches(&buildlockv1.BuildLockPolicy{}, policyToLock, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&coordinationv1.Lease{}, leaseToLock, builder.WithPredicates(onlyCreates)).
+		WatchesMetadata(&corev1.Namespace{}, namespaceToLock, builder.WithPredicates(predicate.LabelChangedPredicate{})).
+		Watches(&admissionv1.ValidatingAdmissionPolicyBinding{}, bindingToLock, builder.WithPredicates(onlyDeletes)).
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: max(1, opts.MaxConcurrentReconciles),
 			SkipNameValidation:      ptr.To(opts.SkipNameValidation),

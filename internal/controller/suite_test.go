@@ -3,6 +3,7 @@ package controller_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -36,6 +37,13 @@ var _ = BeforeSuite(func() {
 	// GinkgoLogr writes to GinkgoWriter: logs show only for failed specs (or
 	// with -ginkgo.v), and need no logging module beyond logr.
 	logf.SetLogger(GinkgoLogr)
+	// Eventually returns as soon as it succeeds: a generous bound costs
+	// nothing when the machine is idle, and keeps a loaded CI machine (two
+	// cores, several test packages at once) from failing a spec that would
+	// have passed a moment later. Consistently keeps its own, explicit
+	// durations.
+	SetDefaultEventuallyTimeout(10 * time.Second)
+	SetDefaultEventuallyPollingInterval(20 * time.Millisecond)
 
 	ctx, cancel = context.WithCancel(context.TODO())
 
@@ -48,6 +56,9 @@ var _ = BeforeSuite(func() {
 	cfg, err = testEnv.Start()
 	Expect(err).NotTo(HaveOccurred(), "starting envtest; run `make envtest` to build bin/k8s/%s", testenv.K8sVersion)
 	Expect(cfg).NotTo(BeNil())
+
+	By("installing the enforcement admission policies, as the chart does with enforcement.enabled")
+	Expect(testenv.InstallEnforcement(ctx, cfg)).To(Succeed())
 
 	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())

@@ -27,9 +27,9 @@ const ContextName = "buildlock-local"
 
 // Options shape the control plane.
 type Options struct {
-	// WithoutCRDs starts the API server without the BuildLock CRD, for a
-	// caller that installs it itself (the chart test installs the chart's
-	// copy with helm).
+	// WithoutCRDs starts the API server without the BuildLock CRD and the
+	// enforcement admission policies, for a caller that installs them
+	// itself (the chart test installs the chart's copies with helm).
 	WithoutCRDs bool
 }
 
@@ -79,6 +79,13 @@ func Start(o Options) (_ *Cluster, err error) {
 			err = errors.Join(err, c.Stop())
 		}
 	}()
+	if !o.WithoutCRDs {
+		// The admission policies of an enforcing installation, so that a
+		// BuildLockPolicy with spec.enforce can be tried here.
+		if err := testenv.InstallEnforcement(context.Background(), cfg); err != nil {
+			return nil, err
+		}
+	}
 
 	if c.Dir, err = os.MkdirTemp("", "buildlock-local-"); err != nil {
 		return nil, fmt.Errorf("creating a directory for the kubeconfig: %w", err)

@@ -1,0 +1,177 @@
+package examples
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// actionWorkflow is a one-job workflow that uses the action at ref with
+// with, then prints the action's outputs in a step that always runs.
+func actionWorkflow(ref string, with map[string]any) ghWorkflow {
+	return ghWorkflow{Jobs: map[string]ghJob{"deploy": {Steps: []ghStep{
+		{ID: "lock", Uses: "buildlock/buildlock@" + ref, With: with},
+		{
+			Name: "outputs", If: "always()", Shell: "bash",
+			Env: map[string]string{
+				"OUTCOME":   "${{ steps.lock.outputs.outcome }}",
+				"EXIT_CODE": "${{ steps.lock.outputs.exit-code }}",
+				"TOKEN":     "${{ steps.lock.outputs.fencing-token }}",
+			},
+			Run: `echo "outputs: outcome=$OUTCOME exit-code=$EXIT_CODE fencing-token=$TOKEN"`,
+		},
+	}}}}
+}
+
+// runAction runs actionWorkflow with a fake release of v0.1.0 and returns
+// the run and the stubs' calls.
+func runAction(t *testing.T, ref string, with map[string]any, env ...string) (*ghRun, []call) {
+	t.Helper()
+	return runActionWith(t, fakeRelease(t, "v0.1.0"), ref, with, env...)
+}
+
+func runActionWith(t *testing.T, releases, ref string, with map[string]any, env ...string) (*ghRun, []call) {
+	t.Helper()
+	s := newStubs(t)
+	r := newGHRun(t, s, defaultGHEvent(), append([]string{"STUB_RELEASES=" + releases}, env...)...)
+	r.runWorkflow(actionWorkflow(ref, with))
+	return r, s.calls(t)
+}
+
+func assertContains(t *testing.T, output string, want ...string) {
+	t.Helper()
+	for _, w := range want {
+		if !strings.Contains(output, w) {
+			t.Errorf("the output lacks %q:\n%s", w, output)
+		}
+	}
+}
+
+// TestActionInstallsTheReleaseOfItsTag: used at v0.1.0, the action
+// downloads that release's tarball for the runner's platform and its
+// checksums.txt, and runs the plugin from it.
+func TestActionInstallsTheReleaseOfItsTag(t *testing.T) {
+	base := "https://github.com/buildlock/buildlock/releases/download/v0.1.0/"
+	for platform, file := range map[[2]string]string{
+		{"Linux", "X64"}:   "kubectl-buildlock_v0.1.0_linux_amd64.tar.gz",
+		{"Linux", "ARM64"}: "kubectl-buildlock_v0.1.0_linux_arm64.tar.gz",
+		{"macOS", "ARM64"}: "kubectl-buildlock_v0.1.0_darwin_arm64.tar.gz",
+	} {
+		t.Run(platform[0]+"/"+platform[1], func(t *testing.T) {
+			s := newStubs(t)
+			r := newGHRun(t, s, defaultGHEvent(), "STUB_RELEASES="+fakeRelease(t, "v0.1.0"))
+			r.platform = platform
+			r.runWorkflow(actionWorkflow("v0.1.0", map[string]any{"target": "staging", "command": "./deploy.sh staging"}))
+			out := r.output.String()
+			calls := s.calls(t)
+			var urls []string
+			for _, c := range named(calls, stubCurl) {
+				urls = append(urls, c.Args[len(c.Args)-1])
+			}
+			if want := []string{base + file, base + "checksums.txt"}; !slices.Equal(urls, want) {
+				t.Errorf("downloaded %q, want %q", urls, want)
+			}
+			acq := acquires(calls)
+			if len(acq) != 1 || r.status["deploy"] != jobPassed {
+				t.Fatalf("job %s with %d acquire calls, want passed with 1; output:\n%s", r.status["deploy"], len(acq), out)
+			}
+			assertDeployed(t, calls, out, "staging")
+			assertContains(t, out, "outputs: outcome=held exit-code=0 ")
+		})
+	}
+}
+
+// TestActionRefusesATamperedRelease: a tarball that does not match
+// checksums.txt is never run.
+func TestActionRefusesATamperedRelease(t *testing.T) {
+	for name, tamper := range map[string]func(sums string) string{
+		"another checksum": func(sums string) string { return strings.Replace(sums, sums[:8], "00000000", 1) },
+		"no line for it":   func(string) string { return "" },
+	} {
+		t.Run(name, func(t *testing.T) {
+			releases := fakeRelease(t, "v0.1.0")
+			path := filepath.Join(releases, "v0.1.0", "checksums.txt")
+			sums, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, []byte(tamper(string(sums))), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			r, calls := runActionWith(t, releases, "v0.1.0", map[string]any{"target": "staging", "command": "./deploy.sh staging"})
+			out := r.output.String()
+			if n := len(named(calls, stubPlugin)); n != 0 || r.status["deploy"] != jobFailed {
+				t.Errorf("job %s and the plugin ran %d times, want failed and 0; output:\n%s", r.status["deploy"], n, out)
+			}
+			assertContains(t, out, "does not match the release's checksums.txt")
+		})
+	}
+}
+
+// TestActionNeedsAReleaseVersion: used at a branch or a commit, the action
+// installs the version input, and without one says what to do.
+func TestActionNeedsAReleaseVersion(t *testing.T) {
+	r, calls := runAction(t, "main", map[string]any{"target": "staging", "command": "./deploy.sh staging"})
+	if r.status["deploy"] != jobFailed || len(named(calls, stubCurl)) != 0 {
+		t.Errorf("used at main without a version: job %s, want failed before any download", r.status["deploy"])
+	}
+	assertContains(t, r.output.String(), "with: version: v0.1.0")
+
+	r, calls = runAction(t, "0123456789abcdef0123456789abcdef01234567", map[string]any{"target": "staging", "command": "./deploy.sh staging", "version": "v0.1.0"})
+	if r.status["deploy"] != jobPassed || len(acquires(calls)) != 1 {
+		t.Errorf("used at a commit with version v0.1.0: job %s, want passed; output:\n%s", r.status["deploy"], r.output.String())
+	}
+}
+
+// TestActionTellsTheCommandsExitCodeFromThePlugins: a deploy command that
+// exits 3 failed; it was not superseded.
+func TestActionTellsTheCommandsExitCodeFromThePlugins(t *testing.T) {
+	r, _ := runAction(t, "v0.1.0", map[string]any{"target": "staging", "command": "./deploy.sh staging"}, "STUB_DEPLOY_EXIT=3")
+	out := r.output.String()
+	if r.status["deploy"] != jobFailed {
+		t.Errorf("job %s, want failed", r.status["deploy"])
+	}
+	assertContains(t, out, "outputs: outcome=held exit-code=3 ")
+	if strings.Contains(out, "superseded") {
+		t.Errorf("a command's exit code 3 is reported as superseded:\n%s", out)
+	}
+}
+
+// TestActionOutcomes: each of the plugin's exit codes fails the step with
+// that code and sets the outcome output.
+func TestActionOutcomes(t *testing.T) {
+	for code, outcome := range map[string]string{"3": "superseded", "4": "timeout", "5": "ended", "1": "error"} {
+		r, calls := runAction(t, "v0.1.0", map[string]any{"target": "staging", "command": "./deploy.sh staging"}, "STUB_ACQUIRE=staging="+code)
+		out := r.output.String()
+		if r.status["deploy"] != jobFailed || len(named(calls, stubDeploy)) != 0 {
+			t.Errorf("exit code %s: job %s with %d deploys, want failed without deploying", code, r.status["deploy"], len(named(calls, stubDeploy)))
+		}
+		assertContains(t, out, "outputs: outcome="+outcome+" exit-code="+code+" ")
+	}
+}
+
+// TestActionWithoutCommandOutputsTheToken: without a command, the action
+// takes the lock, outputs the fencing token and leaves the claim.
+func TestActionWithoutCommandOutputsTheToken(t *testing.T) {
+	r, calls := runAction(t, "v0.1.0", map[string]any{"target": "staging", "expires-after": "45m"})
+	acq := acquires(calls)
+	if len(acq) != 1 || len(acq[0].command()) != 0 {
+		t.Fatalf("acquire calls %v, want one without a command", acq)
+	}
+	if v, _ := acq[0].flag("--expires-after"); v != "45m" {
+		t.Errorf("--expires-after is %q, want 45m", v)
+	}
+	assertContains(t, r.output.String(), "outputs: outcome=held exit-code=0 fencing-token="+stubToken)
+}
+
+// TestActionRefusesATargetThatIsNoName: the target is echoed into workflow
+// commands, so anything but a namespace name is refused before use.
+func TestActionRefusesATargetThatIsNoName(t *testing.T) {
+	r, calls := runAction(t, "v0.1.0", map[string]any{"target": "staging\n::warning::injected", "command": "./deploy.sh staging"})
+	if r.status["deploy"] != jobFailed || len(acquires(calls)) != 0 {
+		t.Errorf("job %s, want failed before acquiring", r.status["deploy"])
+	}
+	assertContains(t, r.output.String(), "The target must be a namespace name")
+}

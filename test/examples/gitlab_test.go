@@ -1,0 +1,312 @@
+package examples
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+// The GitLab CI emulation reproduces what decides what a pipeline runs:
+//
+//   - Jobs are the top-level keys that are not keywords; a key starting with
+//     "." is a template that `extends` merges in (maps deeply, other values
+//     replaced).
+//   - Variables (global, then the job's) are expanded by GitLab, not by a
+//     shell: $NAME and ${NAME} are replaced by values, which are not
+//     expanded again and never executed.
+//   - before_script and script run in one shell (bash) that starts with
+//     `set -eo pipefail`, as the runner's bash shell does; after_script runs
+//     in a new shell whatever happened, and its result does not count.
+//   - A job runs when the jobs it needs (or, without needs, every job of the
+//     earlier stages) passed or failed with allow_failure (true, or its exit
+//     code among allow_failure.exit_codes): an allowed failure lets later jobs
+//     run, which is why a superseded build must fail its job outright. A job
+//     with `when: always` runs anyway.
+
+// gitlabKeywords are the top-level keys that are not jobs.
+var gitlabKeywords = []string{"stages", "variables", "default", "include", "workflow", "image", "services", "cache", "before_script", "after_script"}
+
+type gitlabJob struct {
+	Stage        string            `json:"stage,omitempty"`
+	Image        string            `json:"image,omitempty"`
+	Environment  any               `json:"environment,omitempty"`
+	Variables    map[string]string `json:"variables,omitempty"`
+	Needs        []string          `json:"needs,omitempty"`
+	BeforeScript []string          `json:"before_script,omitempty"`
+	Script       []string          `json:"script"`
+	AfterScript  []string          `json:"after_script,omitempty"`
+	AllowFailure any               `json:"allow_failure,omitempty"`
+	When         string            `json:"when,omitempty"`
+}
+
+type gitlabPipeline struct {
+	stages    []string
+	variables map[string]string
+	jobs      map[string]gitlabJob
+}
+
+// loadGitLab reads a .gitlab-ci.yml and resolves `extends`.
+func loadGitLab(t *testing.T, rel string) gitlabPipeline {
+	t.Helper()
+	var top map[string]any
+	readYAML(t, rel, &top)
+	p := gitlabPipeline{stages: []string{"build", "test", "deploy"}, variables: map[string]string{}, jobs: map[string]gitlabJob{}}
+	if s, ok := top["stages"]; ok {
+		p.stages = nil
+		for _, st := range s.([]any) {
+			p.stages = append(p.stages, st.(string))
+		}
+	}
+	if v, ok := top["variables"]; ok {
+		for k, val := range v.(map[string]any) {
+			p.variables[k] = fmt.Sprint(val)
+		}
+	}
+	for name, def := range top {
+		if slices.Contains(gitlabKeywords, name) || strings.HasPrefix(name, ".") {
+			continue
+		}
+		merged := gitlabExtend(t, top, def.(map[string]any), 0)
+		delete(merged, "extends")
+		data, err := json.Marshal(merged)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var job gitlabJob
+		if err := yaml.UnmarshalStrict(data, &job); err != nil {
+			t.Fatalf("%s: job %s: %v", rel, name, err)
+		}
+		if job.Stage == "" {
+			job.Stage = "test"
+		}
+		p.jobs[name] = job
+	}
+	return p
+}
+
+// gitlabExtend merges the templates a job extends under the job's own keys.
+func gitlabExtend(t *testing.T, top, job map[string]any, depth int) map[string]any {
+	t.Helper()
+	if depth > 10 {
+		t.Fatal("extends nests too deep")
+	}
+	var parents []string
+	switch e := job["extends"].(type) {
+	case nil:
+		return job
+	case string:
+		parents = []string{e}
+	case []any:
+		for _, p := range e {
+			parents = append(parents, p.(string))
+		}
+	}
+	merged := map[string]any{}
+	for _, name := range parents {
+		parent, ok := top[name].(map[string]any)
+		if !ok {
+			t.Fatalf("extends %q: no such template", name)
+		}
+		merged = deepMerge(merged, gitlabExtend(t, top, parent, depth+1))
+	}
+	return deepMerge(merged, job)
+}
+
+func deepMerge(base, over map[string]any) map[string]any {
+	out := map[string]any{}
+	for k, v := range base {
+		out[k] = v
+	}
+	for k, v := range over {
+		if bm, ok := out[k].(map[string]any); ok {
+			if om, ok := v.(map[string]any); ok {
+				out[k] = deepMerge(bm, om)
+				continue
+			}
+		}
+		out[k] = v
+	}
+	return out
+}
+
+var gitlabVarRef = regexp.MustCompile(`\$\$|\$\{(\w+)\}|\$(\w+)`)
+
+// gitlabExpand expands variable references once, as GitLab does in
+// `variables:` values; "$$" is a literal "$".
+func gitlabExpand(s string, vars map[string]string) string {
+	return gitlabVarRef.ReplaceAllStringFunc(s, func(ref string) string {
+		if ref == "$$" {
+			return "$"
+		}
+		return vars[strings.Trim(ref, "${}")]
+	})
+}
+
+// allowed reports whether allow_failure lets a job that exited with code
+// fail without stopping the pipeline.
+func (j gitlabJob) allowed(code int) bool {
+	switch a := j.AllowFailure.(type) {
+	case bool:
+		return a
+	case map[string]any:
+		codes, _ := a["exit_codes"].([]any)
+		for _, c := range codes {
+			if n, ok := c.(float64); ok && int(n) == code {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// The states of an emulated job.
+const (
+	jobPassed  = "passed"
+	jobFailed  = "failed"
+	jobAllowed = "failed (allowed to fail)"
+	jobSkipped = "skipped"
+)
+
+// gitlabRun records what an emulated pipeline did.
+type gitlabRun struct {
+	status map[string]string // job -> one of the job states
+	output strings.Builder
+}
+
+// runGitLab runs every job in stage order with the predefined variables
+// predefined (CI_*), in a checkout holding the stub ./deploy.sh.
+func runGitLab(t *testing.T, s *stubs, p gitlabPipeline, predefined map[string]string, env []string) *gitlabRun {
+	t.Helper()
+	checkout := t.TempDir()
+	s.deployScript(t, checkout)
+	var order []string
+	for name := range p.jobs {
+		order = append(order, name)
+	}
+	stageIndex := func(job string) int {
+		i := slices.Index(p.stages, p.jobs[job].Stage)
+		if i < 0 {
+			t.Fatalf("job %s: stage %q is not in stages %v", job, p.jobs[job].Stage, p.stages)
+		}
+		return i
+	}
+	sort.SliceStable(order, func(a, b int) bool {
+		if sa, sb := stageIndex(order[a]), stageIndex(order[b]); sa != sb {
+			return sa < sb
+		}
+		return order[a] < order[b]
+	})
+
+	run := &gitlabRun{status: map[string]string{}}
+	ok := func(job string) bool { st := run.status[job]; return st == jobPassed || st == jobAllowed }
+	// A job's turn comes when every job it waits for has an outcome.
+	waitsFor := func(name string) []string {
+		if needs := p.jobs[name].Needs; needs != nil {
+			for _, n := range needs {
+				if _, known := p.jobs[n]; !known {
+					t.Fatalf("job %s needs %s, which does not exist", name, n)
+				}
+			}
+			return needs
+		}
+		var earlier []string
+		for _, other := range order {
+			if stageIndex(other) < stageIndex(name) {
+				earlier = append(earlier, other)
+			}
+		}
+		return earlier
+	}
+	for len(run.status) < len(order) {
+		progress := false
+		for _, name := range order {
+			if _, done := run.status[name]; done {
+				continue
+			}
+			ready, decided := true, true
+			for _, w := range waitsFor(name) {
+				_, has := run.status[w]
+				decided = decided && has
+				ready = ready && ok(w)
+			}
+			if !decided {
+				continue
+			}
+			progress = true
+			if job := p.jobs[name]; ready || job.When == "always" {
+				run.status[name] = runGitLabJob(t, s, p, name, predefined, env, checkout, &run.output)
+			} else {
+				run.status[name] = jobSkipped
+			}
+		}
+		if !progress {
+			t.Fatalf("the jobs' needs form a cycle: %v", order)
+		}
+	}
+	return run
+}
+
+// runGitLabJob runs one job's scripts and returns its state.
+func runGitLabJob(t *testing.T, s *stubs, p gitlabPipeline, name string, predefined map[string]string, env []string, checkout string, output *strings.Builder) string {
+	t.Helper()
+	job := p.jobs[name]
+	vars := map[string]string{}
+	for k, v := range predefined {
+		vars[k] = v
+	}
+	vars["CI_JOB_NAME"] = name
+	for _, layer := range []map[string]string{p.variables, job.Variables} {
+		for k, v := range layer {
+			vars[k] = gitlabExpand(v, vars)
+		}
+	}
+	jobEnv := append([]string{}, env...)
+	for k, v := range vars {
+		jobEnv = append(jobEnv, k+"="+v)
+	}
+	bash := []string{"bash", "--noprofile", "--norc"}
+	script := "set -eo pipefail\n" + strings.Join(append(append([]string{}, job.BeforeScript...), job.Script...), "\n") + "\n"
+	code, out := runScript(t, bash, script, nil, checkout, s.env(jobEnv...))
+	fmt.Fprintf(output, "[%s] exit %d\n%s", name, code, out)
+	state := jobFailed
+	switch {
+	case code == 0:
+		state = jobPassed
+	case job.allowed(code):
+		state = jobAllowed
+	}
+	if len(job.AfterScript) > 0 {
+		code, out := runScript(t, bash, strings.Join(job.AfterScript, "\n")+"\n", nil, checkout, s.env(jobEnv...))
+		fmt.Fprintf(output, "[%s after_script] exit %d\n%s", name, code, out)
+	}
+	return state
+}
+
+// gitlabPredefined are the variables GitLab sets for a pipeline of build
+// 42 of acme/shop on main.
+func gitlabPredefined() map[string]string {
+	return map[string]string{
+		"GITLAB_CI":            "true",
+		"CI":                   "true",
+		"CI_PROJECT_PATH":      "acme/shop",
+		"CI_PROJECT_PATH_SLUG": "acme-shop",
+		"CI_COMMIT_REF_NAME":   "main",
+		"CI_COMMIT_REF_SLUG":   "main",
+		"CI_COMMIT_BRANCH":     "main",
+		"CI_PIPELINE_IID":      "42",
+		"CI_COMMIT_TITLE":      "Fix the checkout",
+		"CI_COMMIT_MESSAGE":    "Fix the checkout\n\nThe cart lost items.",
+	}
+}
+
+// gitlabExample loads the example pipeline.
+func gitlabExample(t *testing.T) gitlabPipeline {
+	t.Helper()
+	return loadGitLab(t, "examples/gitlab/gitlab-ci.yml")
+}

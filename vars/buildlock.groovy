@@ -1,0 +1,95 @@
+// buildlock: a Jenkins shared-library step that runs its body while this
+// build holds the buildlock of a target namespace, so that builds take turns
+// deploying there.
+//
+//   @Library('buildlock@v0.1.0') _
+//   ...
+//   buildlock(target: 'staging') {
+//     sh './deploy.sh staging'
+//   }
+//
+// Load this repository as a global pipeline library named buildlock, pinned
+// to a release tag. The agent needs kubectl-buildlock on its PATH and access
+// to the cluster as a service account bound to buildlock-pipeline
+// (examples/jenkins/rbac.yaml).
+//
+//   1. `kubectl-buildlock acquire` claims the target and waits for the lock.
+//      Repo, branch and build come from JOB_NAME, BRANCH_NAME and
+//      BUILD_NUMBER; on a Kubernetes agent in the claims' namespace the claim
+//      names the agent pod, and the operator releases it when the pod ends.
+//   2. The body runs with BUILDLOCK_FENCING_TOKEN and BUILDLOCK_TARGET set.
+//   3. The lock is released, whatever the body did.
+//
+// When a newer build supersedes this one, the body does not run: the build's
+// result becomes NOT_BUILT (as when the milestone step aborts an older build),
+// its description says why, and the step fails, so that no later stage runs.
+//
+// Arguments: target (required); timeout, how long to wait (default '30m');
+// namespace, of the claims (default: the kubeconfig's, or the agent pod's);
+// expiresAfter, how long a hold lasts when the agent is no pod in the claims'
+// namespace (nothing renews the claim while the body runs; default 1h).
+//
+// Values reach the shell through withEnv only: the scripts below are
+// single-quoted Groovy strings, in which nothing is interpolated.
+
+def call(Map args = [:], Closure body) {
+    def known = ['target', 'timeout', 'namespace', 'expiresAfter']
+    def unknown = args.keySet().findAll { !(it in known) }
+    if (unknown) {
+        error("buildlock: unknown argument(s) ${unknown}; the arguments are ${known}")
+    }
+    String target = args.target ?: ''
+    if (!(target ==~ /[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/)) {
+        error("buildlock: target must be a namespace name, as in buildlock(target: 'staging') { ... }")
+    }
+    def result = null
+    withEnv([
+        "BUILDLOCK_ARG_TARGET=${target}",
+        "BUILDLOCK_ARG_TIMEOUT=${args.timeout ?: '30m'}",
+        "BUILDLOCK_ARG_NAMESPACE=${args.namespace ?: ''}",
+        "BUILDLOCK_ARG_EXPIRES_AFTER=${args.expiresAfter ?: ''}",
+    ]) {
+        // Prints "<exit code> <fencing token>": the plugin prints the token on
+        // stdout and everything else on stderr.
+        List<String> acquired = sh(label: "buildlock: acquire ${target}", returnStdout: true, script: '''
+            set -- acquire --target "$BUILDLOCK_ARG_TARGET" --timeout "$BUILDLOCK_ARG_TIMEOUT"
+            if [ -n "$BUILDLOCK_ARG_NAMESPACE" ]; then
+              set -- "$@" --namespace "$BUILDLOCK_ARG_NAMESPACE"
+            fi
+            if [ -n "$BUILDLOCK_ARG_EXPIRES_AFTER" ]; then
+              set -- "$@" --expires-after "$BUILDLOCK_ARG_EXPIRES_AFTER"
+            fi
+            status=0
+            token="$(kubectl-buildlock "$@")" || status=$?
+            echo "$status $token"
+        ''').trim().tokenize(' ')
+        int status = acquired[0] as int
+        if (status == 3) {
+            currentBuild.result = 'NOT_BUILT'
+            currentBuild.description = "Superseded on ${target}: a newer build deploys"
+            error("buildlock: superseded on ${target}: a newer build will deploy. This build stops here without deploying (result NOT_BUILT); it is not a deploy failure.")
+        }
+        if (status != 0 || acquired.size() != 2) {
+            error("buildlock: taking the lock of ${target} failed with exit code ${status} (4: timed out, 5: the claim ended; the plugin says why above)")
+        }
+        try {
+            withEnv(["BUILDLOCK_FENCING_TOKEN=${acquired[1]}", "BUILDLOCK_TARGET=${target}"]) {
+                result = body()
+            }
+        } finally {
+            // A failed release must not hide the body's error: the claim ends
+            // with the agent pod, or expires, anyway.
+            int released = sh(label: "buildlock: release ${target}", returnStatus: true, script: '''
+                set -- release --target "$BUILDLOCK_ARG_TARGET" --mine
+                if [ -n "$BUILDLOCK_ARG_NAMESPACE" ]; then
+                  set -- "$@" --namespace "$BUILDLOCK_ARG_NAMESPACE"
+                fi
+                kubectl-buildlock "$@"
+            ''')
+            if (released != 0) {
+                echo "buildlock: releasing ${target} failed (exit code ${released}); the claim ends with the agent pod or expires"
+            }
+        }
+    }
+    return result
+}
