@@ -213,6 +213,7 @@ func TestChaos(t *testing.T) {
 	h.stopAll()
 	h.barrier(ctx)
 	h.check.CheckGrantsCoverHolds()
+	h.check.CheckMemorySupersessions()
 	h.figure("run: %s in total (chaos %s)", time.Since(begin).Round(time.Second), o.duration)
 }
 
@@ -714,8 +715,8 @@ func (h *harness) report() {
 	}
 	h.figure("checker: %d events checked (%d BuildLock, %d Lease, %d BuildLockPolicy); %d grants, %d holds, highest fencing token %d; deletions: %d by the owner, %d by the finished TTL, %d idle Leases",
 		st.ClaimEvents+st.LeaseEvents+st.PolicyEvents, st.ClaimEvents, st.LeaseEvents, st.PolicyEvents, st.Grants, st.HeldTransitions, st.MaxToken, st.OwnerDeletes, st.TTLDeletes, st.LeaseDeletes)
-	h.figure("checker re-lists after 410 Gone: %s; objects found changed %d, gone %d (deletions explained by the time the watch was down: %d; holds granted unseen: %d; supersessions by claims never seen, judged by their specs: %d)",
-		relists, st.RelistChanged, st.RelistGone, st.GapDeletes, st.GapHold, st.GapSupersessions)
+	h.figure("checker re-lists after 410 Gone: %s; objects found changed %d, gone %d (deletions explained by the time the watch was down: %d; holds granted unseen: %d, claims that held unseen: %d; supersessions by claims never seen, judged by their specs: %d; by the line memory of a hold only the Lease showed: %d)",
+		relists, st.RelistChanged, st.RelistGone, st.GapDeletes, st.GapHold, st.UnseenHolds, st.GapSupersessions, st.MemorySupersessions)
 	h.figure("renewals: %d (%d stamped more than a minute ahead); holds that ended LockLost after their expiry: %d; longest a hold was seen past its end: %s (slack %s)",
 		st.Renewals, st.FarRenewals, st.LockLostExpired, st.LongestOverrun.Round(time.Millisecond), h.o.holdSlack)
 	h.figure("orderings: %d grants judged by queue order, %d queue joins followed for fairness, %d ordering changes", st.QueueGrants, st.FairnessTracked, st.OrderingChanges)

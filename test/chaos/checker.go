@@ -8,6 +8,7 @@ package chaos
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -34,6 +35,11 @@ const LeasePrefix = "buildlock-"
 // (the Leases of targets nobody claimed for the grant retention). Its name
 // has a dot, so that no target's grant Lease can have it.
 const TokenFloorLease = "buildlock.token-floor"
+
+// LinesAnnotation is the grant Lease's line memory: per line, the highest
+// build that held the lock and when (JSON), from which the operator
+// supersedes a lower build even when no claim of that build remains.
+const LinesAnnotation = "buildlock.io/lines"
 
 // maxStatusText bounds the checker's view of a status message: a message
 // quotes free text (a force-release reason of up to 40,000 characters) only
@@ -124,6 +130,13 @@ type CheckerStats struct {
 	// GapSupersessions counts supersessions by claims the checker never
 	// saw (created and gone while it was blind), judged by their specs.
 	GapSupersessions int
+	// MemorySupersessions counts supersessions by the grant record's line
+	// memory that only a version of the Lease explains (the checker did not
+	// see the hold that it remembers).
+	MemorySupersessions int
+	// UnseenHolds counts claims a re-list showed ended with a fencing
+	// token, that held while the checker's watch was down.
+	UnseenHolds int
 	// Renewals counts renewals seen; FarRenewals those stamped more than a
 	// minute ahead of the workload's clock.
 	Renewals, FarRenewals int
@@ -242,6 +255,17 @@ type lockView struct {
 	eras []policyEra
 	// lines are the builds of each line that held, with their grant time.
 	lines map[line][]heldBuild
+	// memory is what the Lease's line memory (LinesAnnotation) said held,
+	// per line, in any version of the Lease seen: the operator supersedes
+	// from it, and it may know of a hold the checker never saw (granted
+	// and ended while the claim watch was behind, or of a claim not yet
+	// seen when its grant was).
+	memory map[line][]heldBuild
+	// memoryPending are supersessions by the line memory that nothing seen
+	// so far explains; the Lease that does may arrive later than the
+	// claim's status (two watches), so they are judged at the end of the
+	// run.
+	memoryPending []memorySupersession
 	// fair follows the queue's fairness bound per line (ordering Queue).
 	fair map[line]*fairLine
 	// unsureUntil: after a re-list the checker may have missed holds; the
@@ -262,7 +286,7 @@ func NewChecker(ledger *Ledger, o CheckerOptions) *Checker {
 func (c *Checker) lock(k LockKey) *lockView {
 	lv := c.locks[k]
 	if lv == nil {
-		lv = &lockView{held: map[types.UID]bool{}, grants: map[string]time.Time{}, grantRVs: map[string]uint64{}, lines: map[line][]heldBuild{}, fair: map[line]*fairLine{},
+		lv = &lockView{held: map[types.UID]bool{}, grants: map[string]time.Time{}, grantRVs: map[string]uint64{}, lines: map[line][]heldBuild{}, memory: map[line][]heldBuild{}, fair: map[line]*fairLine{},
 			eras: []policyEra{{ordering: buildlockv1.OrderingNewestWins, maxHold: c.o.MaxHold}}}
 		c.locks[k] = lv
 	}
@@ -405,6 +429,20 @@ func (c *Checker) observeClaim(typ watch.EventType, bl *buildlockv1.BuildLock) {
 		from = phaseOf(prev.status.Phase)
 	}
 	to := phaseOf(bl.Status.Phase)
+	if typ == Relisted && from != buildlockv1.PhaseHeld && (to == buildlockv1.PhaseReleased || to == buildlockv1.PhaseExpired) &&
+		bl.Status.FencingToken > 0 && !slices.Contains(cv.heldTokens, bl.Status.FencingToken) {
+		// Only a grant gives a claim a fencing token: it held while the
+		// watch was down, and is judged as a hold that ended. The end of
+		// the run checks that the Lease named it with that token (or that
+		// the token was issued while the Lease watch was down too).
+		from = buildlockv1.PhaseHeld
+		cv.heldTokens = append(cv.heldTokens, bl.Status.FencingToken)
+		lv.lastHeldToken = max(lv.lastHeldToken, bl.Status.FencingToken)
+		if at := bl.Status.AcquiredAt; at != nil {
+			c.rememberHeld(lv, cv, at.Time)
+		}
+		c.stats.UnseenHolds++
+	}
 
 	if typ == watch.Deleted {
 		cv.deleted = true
@@ -832,6 +870,7 @@ func (c *Checker) observeLease(typ watch.EventType, l *coordinationv1.Lease) {
 	case holder == "" && typ == Relisted && token > lv.leaseMaxToken:
 		lv.gapTokens = append(lv.gapTokens, [2]int64{lv.leaseMaxToken + 1, token})
 	}
+	c.noteMemory(e, lv, l)
 	lv.leaseSeen, lv.leaseDeleted, lv.leaseHolder, lv.leaseToken = true, false, holder, token
 	lv.lease = l.DeepCopy()
 	lv.leaseMaxToken = max(lv.leaseMaxToken, token)
@@ -919,6 +958,28 @@ func (c *Checker) CheckGrantsCoverHolds() {
 			e := c.record(Entry{At: c.o.Now(), Kind: "Check", Lock: cv.lock, Name: cv.name, UID: cv.uid, What: "end of run"})
 			c.violate(e, "grant-before-hold", "%s was shown Held with token %d, but the Lease never named it with that token", cv.name, t)
 		}
+	}
+}
+
+// CheckMemorySupersessions is run once the watches have caught up: a claim
+// superseded by the grant record's line memory must be explained by a hold
+// the checker saw or by a version of the Lease whose memory named a build of
+// its line at or above it.
+func (c *Checker) CheckMemorySupersessions() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	keys := make([]LockKey, 0, len(c.locks))
+	for k := range c.locks {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
+	for _, k := range keys {
+		lv := c.locks[k]
+		for _, p := range lv.memoryPending {
+			c.violate(p.e, "superseded-by-newer", "%s (%s#%d) was superseded by the grant record's memory, but no build of its line at or above it held within %s, and no version of the Lease remembered one",
+				p.cv.name, lineOf(p.cv.spec), p.cv.spec.Build, c.o.Retention)
+		}
+		lv.memoryPending = nil
 	}
 }
 

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"fmt"
 	"go/parser"
 	"go/token"
 	"os"
@@ -109,6 +110,18 @@ func (h *history) grant(holder string, token int32) {
 	}
 	h.lease.Spec.RenewTime = &metav1.MicroTime{Time: h.now}
 	h.lease.Spec.LeaseTransitions = ptr.To(token)
+	h.c.ObserveLease(watch.Modified, h.lease.DeepCopy())
+}
+
+// remember: the operator writes the Lease's line memory: build of repo's
+// main held at heldAt (a write of the grant record that changes nothing
+// else).
+func (h *history) remember(repo string, build int64, heldAt time.Time) {
+	if h.lease == nil {
+		h.grant("", 0)
+	}
+	h.lease.ResourceVersion = h.nextRV()
+	h.lease.Annotations = map[string]string{LinesAnnotation: fmt.Sprintf(`[{"repo":%q,"branch":"main","build":%d,"heldAt":%q}]`, repo, build, heldAt.Format(time.RFC3339Nano))}
 	h.c.ObserveLease(watch.Modified, h.lease.DeepCopy())
 }
 
@@ -299,6 +312,44 @@ func TestCheckerAccepts(t *testing.T) {
 			h.c.ObserveLease(watch.Added, floor)
 			h.c.ObserveLease(watch.Deleted, h.lease.DeepCopy())
 		},
+		"a claim superseded by the line memory of a hold the checker never saw": func(h *history) {
+			// Build 42 held and ended while the claim watch was behind;
+			// only the Lease remembers it.
+			h.grant("", 1)
+			h.remember("acme/shop", 42, h.now)
+			h.later(time.Second)
+			h.create("a", "acme/shop", 41, "pod-a")
+			h.status("a", buildlockv1.PhaseSuperseded, buildlockv1.ReasonSupersededByNewerBuild, 0, "")
+		},
+		"a claim superseded by the line memory of a Lease version seen after its status": func(h *history) {
+			h.create("a", "acme/shop", 41, "pod-a")
+			h.status("a", buildlockv1.PhaseSuperseded, buildlockv1.ReasonSupersededByNewerBuild, 0, "")
+			// The Lease watch is behind the claim watch.
+			h.remember("acme/shop", 41, h.now.Add(-time.Second))
+		},
+		"a re-list showing a claim that held and lost its expired hold while the watch was down": func(h *history) {
+			h.create("x", "acme/web", 7, "pod-x")
+			h.hold("x", 1)
+			h.create("a", "acme/shop", 41, "")
+			h.status("a", buildlockv1.PhaseWaiting, buildlockv1.ReasonWaitingForHolder, 0, "")
+			// The watches break; meanwhile x's pod finishes, a is granted
+			// (token 2), its hold expires and is recorded as lost.
+			h.ledger.PodFinishing(ns, "pod-x", true)
+			h.later(time.Second)
+			granted := h.now
+			h.later(12 * time.Second)
+			x, a := h.claims["x"].DeepCopy(), h.claims["a"].DeepCopy()
+			x.ResourceVersion = h.nextRV()
+			x.Status.Phase, x.Status.Reason, x.Status.FinishedAt = buildlockv1.PhaseReleased, buildlockv1.ReasonPodFinished, &metav1.MicroTime{Time: granted}
+			a.ResourceVersion = h.nextRV()
+			a.Status.Phase, a.Status.Reason, a.Status.FencingToken = buildlockv1.PhaseReleased, buildlockv1.ReasonLockLost, 2
+			a.Status.AcquiredAt, a.Status.FinishedAt = &metav1.MicroTime{Time: granted}, &metav1.MicroTime{Time: h.now}
+			l := h.lease.DeepCopy()
+			l.ResourceVersion = h.nextRV()
+			l.Spec.HolderIdentity, l.Spec.AcquireTime, l.Spec.LeaseTransitions = nil, nil, ptr.To(int32(2))
+			h.c.RelistLeases([]coordinationv1.Lease{*l}, l.ResourceVersion)
+			h.c.RelistClaims([]buildlockv1.BuildLock{*x, *a}, a.ResourceVersion)
+		},
 		"a re-list after a missed hand-off and a deletion by the TTL": func(h *history) {
 			h.create("a", "acme/shop", 41, "pod-a")
 			h.create("b", "acme/web", 7, "pod-b")
@@ -324,6 +375,7 @@ func TestCheckerAccepts(t *testing.T) {
 			h := newHistory(t)
 			history(h)
 			h.c.CheckGrantsCoverHolds()
+			h.c.CheckMemorySupersessions()
 			h.expect()
 		})
 	}
@@ -556,6 +608,32 @@ func TestCheckerReports(t *testing.T) {
 			},
 			rules: []string{"superseded-by-newer"},
 		},
+		"a claim superseded by a line memory of a lower build": {
+			history: func(h *history) {
+				h.remember("acme/shop", 40, h.now)
+				h.create("a", "acme/shop", 41, "pod-a")
+				h.status("a", buildlockv1.PhaseSuperseded, buildlockv1.ReasonSupersededByNewerBuild, 0, "")
+			},
+			rules: []string{"superseded-by-newer"},
+		},
+		"a claim superseded by a line memory past the retention": {
+			history: func(h *history) {
+				h.remember("acme/shop", 42, h.now)
+				h.later(2 * time.Hour)
+				h.create("a", "acme/shop", 41, "pod-a")
+				h.status("a", buildlockv1.PhaseSuperseded, buildlockv1.ReasonSupersededByNewerBuild, 0, "")
+			},
+			rules: []string{"superseded-by-newer"},
+		},
+		"a Lease whose line memory does not parse": {
+			history: func(h *history) {
+				h.grant("", 1)
+				h.lease.ResourceVersion = h.nextRV()
+				h.lease.Annotations = map[string]string{LinesAnnotation: "{not json"}
+				h.c.ObserveLease(watch.Modified, h.lease.DeepCopy())
+			},
+			rules: []string{"grant-record"},
+		},
 		"Queue order ignored: the later line granted first": {
 			history: func(h *history) { queueOfThree(h, "api") },
 			rules:   []string{"queue-order", "queue-fairness"},
@@ -651,6 +729,35 @@ func TestCheckerReports(t *testing.T) {
 			},
 			rules: []string{"one-holder", "grant-before-hold"},
 		},
+		"a re-list showing a waiting claim lost without ever holding": {
+			history: func(h *history) {
+				h.create("x", "acme/web", 7, "pod-x")
+				h.hold("x", 1)
+				h.create("a", "acme/shop", 41, "")
+				h.status("a", buildlockv1.PhaseWaiting, buildlockv1.ReasonWaitingForHolder, 0, "")
+				h.later(12 * time.Second)
+				a := h.claims["a"].DeepCopy()
+				a.ResourceVersion = h.nextRV()
+				a.Status.Phase, a.Status.Reason = buildlockv1.PhaseReleased, buildlockv1.ReasonLockLost
+				h.c.RelistClaims([]buildlockv1.BuildLock{*h.claims["x"], *a}, a.ResourceVersion)
+			},
+			rules: []string{"released-for-a-reason"},
+		},
+		"a re-list showing a claim lost with a token the Lease never gave it": {
+			history: func(h *history) {
+				h.create("x", "acme/web", 7, "pod-x")
+				h.hold("x", 1)
+				h.create("a", "acme/shop", 41, "")
+				h.status("a", buildlockv1.PhaseWaiting, buildlockv1.ReasonWaitingForHolder, 0, "")
+				h.later(12 * time.Second)
+				a := h.claims["a"].DeepCopy()
+				a.ResourceVersion = h.nextRV()
+				a.Status.Phase, a.Status.Reason, a.Status.FencingToken = buildlockv1.PhaseReleased, buildlockv1.ReasonLockLost, 2
+				a.Status.AcquiredAt = &metav1.MicroTime{Time: h.now.Add(-11 * time.Second)}
+				h.c.RelistClaims([]buildlockv1.BuildLock{*h.claims["x"], *a}, a.ResourceVersion)
+			},
+			rules: []string{"grant-before-hold"},
+		},
 		"a re-list missing a live claim nobody deleted": {
 			history: func(h *history) {
 				h.create("a", "acme/shop", 41, "pod-a")
@@ -666,6 +773,7 @@ func TestCheckerReports(t *testing.T) {
 			h := newHistory(t)
 			tc.history(h)
 			h.c.CheckGrantsCoverHolds()
+			h.c.CheckMemorySupersessions()
 			h.expect(tc.rules...)
 			for _, v := range h.c.Violations() {
 				if len(h.c.Around(v, 5, 5)) == 0 {

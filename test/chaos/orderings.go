@@ -1,10 +1,12 @@
 package chaos
 
 import (
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/watch"
 
 	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
@@ -160,10 +162,15 @@ func atLeastAsNew(a, b *claimView) bool {
 // must be at or below a build of its line that held within the retention.
 func (c *Checker) checkSuperseded(e Entry, lv *lockView, cv *claimView, now time.Time) {
 	if cv.status.SupersededBy == "" {
-		if _, ok := c.heldAtOrAbove(lv, cv, now, c.o.Retention+c.o.Tolerance); !ok {
-			c.violate(e, "superseded-by-newer", "%s (%s#%d) was superseded by the grant record's memory, but no build of its line at or above it held within %s",
-				cv.name, lineOf(cv.spec), cv.spec.Build, c.o.Retention)
+		if _, ok := c.heldAtOrAbove(lv, cv, now, c.o.Retention+c.o.Tolerance); ok {
+			return
 		}
+		if c.rememberedAtOrAbove(lv, cv, now) {
+			c.stats.MemorySupersessions++
+			return
+		}
+		// The Lease version that explains it may still be on its way.
+		lv.memoryPending = append(lv.memoryPending, memorySupersession{e: e, cv: cv, now: now})
 		return
 	}
 	by := c.claims[c.names[cv.lock.Namespace+"/"+cv.status.SupersededBy]]
@@ -221,6 +228,65 @@ func (c *Checker) heldAtOrAbove(lv *lockView, cv *claimView, now time.Time, with
 		}
 	}
 	return heldBuild{}, false
+}
+
+// memorySupersession is a claim superseded by the grant record's memory,
+// with the status event that showed it and when.
+type memorySupersession struct {
+	e   Entry
+	cv  *claimView
+	now time.Time
+}
+
+// rememberedAtOrAbove reports whether some version of lock lv's Lease
+// remembered a build of cv's line at or above cv's that held within the
+// retention before now: what the operator may supersede cv with.
+func (c *Checker) rememberedAtOrAbove(lv *lockView, cv *claimView, now time.Time) bool {
+	for _, b := range lv.memory[lineOf(cv.spec)] {
+		if b.build >= cv.spec.Build && now.Sub(b.at) < c.o.Retention+c.o.Tolerance {
+			return true
+		}
+	}
+	return false
+}
+
+// noteMemory records the line memory of a version of the Lease and settles
+// the supersessions waiting for it. An annotation that does not parse is a
+// violation: the operator writes it, and decides from it.
+func (c *Checker) noteMemory(e Entry, lv *lockView, l *coordinationv1.Lease) {
+	raw, ok := l.Annotations[LinesAnnotation]
+	if !ok {
+		return
+	}
+	var records []struct {
+		Repo   string    `json:"repo"`
+		Branch string    `json:"branch"`
+		Build  int64     `json:"build"`
+		HeldAt time.Time `json:"heldAt"`
+	}
+	if err := json.Unmarshal([]byte(raw), &records); err != nil {
+		c.violate(e, "grant-record", "the Lease's %s annotation does not parse: %v", LinesAnnotation, err)
+		return
+	}
+	for _, r := range records {
+		ln := line{r.Repo, r.Branch}
+		known := false
+		for _, b := range lv.memory[ln] {
+			known = known || (b.build == r.Build && b.at.Equal(r.HeldAt))
+		}
+		if !known {
+			lv.memory[ln] = append(lv.memory[ln], heldBuild{build: r.Build, at: r.HeldAt})
+		}
+	}
+	kept := lv.memoryPending[:0]
+	for _, p := range lv.memoryPending {
+		if c.rememberedAtOrAbove(lv, p.cv, p.now) {
+			c.stats.MemorySupersessions++
+			continue
+		}
+		kept = append(kept, p)
+	}
+	lv.memoryPending = kept
 }
 
 // checkNoRollback: in every ordering, a build is never granted at or below

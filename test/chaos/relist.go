@@ -31,6 +31,16 @@ func (c *Checker) RelistClaims(items []buildlockv1.BuildLock, rv string) {
 	defer c.mu.Unlock()
 	now := c.beginRelist("BuildLock", len(items), rv)
 	c.relisting = true
+	// The queue rules start afresh before the list is judged: a claim the
+	// list shows Held may have been granted after holds the checker never
+	// saw, so the waits it followed before prove nothing.
+	for i := range items {
+		c.lock(LockKey{items[i].Namespace, items[i].Spec.Target})
+	}
+	for _, lv := range c.locks {
+		lv.fair = map[line]*fairLine{}
+		lv.unsureUntil = now.Add(c.o.PolicyLag)
+	}
 	seen := map[types.UID]bool{}
 	for i := range items {
 		bl := &items[i]
@@ -64,8 +74,6 @@ func (c *Checker) RelistClaims(items []buildlockv1.BuildLock, rv string) {
 	c.deferred = nil
 	for k, lv := range c.locks {
 		c.checkOneHolder(Entry{Seq: len(c.history) - 1, Lock: k}, lv)
-		lv.fair = map[line]*fairLine{}
-		lv.unsureUntil = now.Add(c.o.PolicyLag)
 	}
 }
 

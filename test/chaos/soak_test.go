@@ -146,6 +146,7 @@ func TestSoak(t *testing.T) {
 	h.settleAfterChaos(ctx)
 	h.barrier(ctx)
 	h.check.CheckGrantsCoverHolds()
+	h.check.CheckMemorySupersessions()
 
 	flat := judgeFlat(t, samples)
 	h.figure("soak samples (every %s): %s", interval, flat)
