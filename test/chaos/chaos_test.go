@@ -177,6 +177,10 @@ func TestChaos(t *testing.T) {
 	h := newHarness(t, cp, o)
 	defer h.stopAll() // also when a phase fails the test
 	h.createNamespaces(ctx)
+	dep := h.setupEnforcement(ctx)
+	if dep != nil {
+		h.check.o.OnLease = dep.observeLease // before the watches start
+	}
 	h.startWatches(ctx)
 	go h.watchDeadlines(ctx)
 	defer h.report()
@@ -188,7 +192,21 @@ func TestChaos(t *testing.T) {
 
 	// 1. The workload and the faults, together.
 	began := time.Now()
+	depCtx, stopDeployer := context.WithCancel(ctx)
+	depDone := make(chan struct{})
+	go func() {
+		defer close(depDone)
+		if dep != nil && dep.waitEnforcing(depCtx, h) {
+			dep.run(depCtx)
+		}
+	}()
 	h.chaos(ctx)
+	stopDeployer()
+	<-depDone
+	if dep != nil {
+		h.barrier(ctx)
+		h.figure("%s", dep.judge(h.check))
+	}
 	phase("1 chaos", began)
 	if len(h.check.Violations()) > 0 {
 		h.stopAll()

@@ -181,6 +181,9 @@ type CheckerOptions struct {
 	HoldSlack time.Duration
 	// Now is the workload's clock.
 	Now func() time.Time
+	// OnLease, when set, is told of every grant Lease event the checker
+	// judges (with the checker's lock held), re-lists included.
+	OnLease func(typ watch.EventType, l *coordinationv1.Lease)
 }
 
 // Checker judges every BuildLock, grant-Lease and BuildLockPolicy event, in
@@ -214,6 +217,9 @@ type claimView struct {
 	status  buildlockv1.BuildLockStatus
 	rv      string
 	deleted bool
+	// addedRV is the resourceVersion the claim was first seen with: no
+	// decision written to the Lease before it can have known the claim.
+	addedRV uint64
 	// lastSeen is when the checker last had news of the claim.
 	lastSeen time.Time
 	// heldTokens are the tokens with which the claim was shown Held.
@@ -407,7 +413,9 @@ func (c *Checker) observeClaim(typ watch.EventType, bl *buildlockv1.BuildLock) {
 
 	prev := c.claims[bl.UID]
 	cv := &claimView{lock: lock, name: bl.Name, uid: bl.UID, created: bl.CreationTimestamp.Time, rv: bl.ResourceVersion, lastSeen: now}
+	cv.addedRV = parseRV(bl.ResourceVersion)
 	if prev != nil {
+		cv.addedRV = prev.addedRV
 		cv.heldTokens, cv.heldAt, cv.expiredBeforeRenewal = prev.heldTokens, prev.heldAt, prev.expiredBeforeRenewal
 		cv.renewLow, cv.renewHigh, cv.overrunSince = prev.renewLow, prev.renewHigh, prev.overrunSince
 	}
@@ -847,6 +855,9 @@ func (c *Checker) observeLease(typ watch.EventType, l *coordinationv1.Lease) {
 	if !strings.HasPrefix(l.Name, LeasePrefix) {
 		return
 	}
+	if c.o.OnLease != nil {
+		c.o.OnLease(typ, l)
+	}
 	lock := LockKey{l.Namespace, strings.TrimPrefix(l.Name, LeasePrefix)}
 	holder := ""
 	if l.Spec.HolderIdentity != nil {
@@ -981,6 +992,15 @@ func (c *Checker) CheckMemorySupersessions() {
 		}
 		lv.memoryPending = nil
 	}
+}
+
+// AddViolation records a violation found outside the checker's own rules
+// (the deployer's judgement of admitted writes), at the end of the history.
+func (c *Checker) AddViolation(k LockKey, rule, format string, args ...any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.record(Entry{At: c.o.Now(), Kind: "Check", Lock: k, What: rule})
+	c.violate(e, rule, format, args...)
 }
 
 func inGap(gaps [][2]int64, t int64) bool {

@@ -312,6 +312,20 @@ func TestCheckerAccepts(t *testing.T) {
 			h.c.ObserveLease(watch.Added, floor)
 			h.c.ObserveLease(watch.Deleted, h.lease.DeepCopy())
 		},
+		"Queue: a claim that arrived after the grant was written, before its Held status": func(h *history) {
+			h.setPolicy(buildlockv1.OrderingQueue, 0)
+			h.create("g", "acme/shop", 95, "pod-g")
+			h.grant("g", 1)
+			h.later(time.Second)
+			// w started earlier (its timestamp), but was created after the
+			// grant: no decision could have placed it ahead of g.
+			w := h.create("w", "acme/api", 31, "pod-w")
+			w.Spec.Timestamp = buildlockv1.NewTimestamp(t0.Add(-time.Minute))
+			h.ledger.WroteSpec(ns, "w", w.Spec)
+			h.c.ObserveClaim(watch.Modified, w.DeepCopy())
+			h.status("w", buildlockv1.PhaseWaiting, buildlockv1.ReasonQueued, 0, "")
+			h.status("g", buildlockv1.PhaseHeld, buildlockv1.ReasonAcquired, 1, "")
+		},
 		"a claim superseded by the line memory of a hold the checker never saw": func(h *history) {
 			// Build 42 held and ended while the claim watch was behind;
 			// only the Lease remembers it.

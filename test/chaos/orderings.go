@@ -422,12 +422,21 @@ func (c *Checker) waitedAhead(lv *lockView, w, g *claimView, place time.Time, or
 		return false
 	case !arrivedBefore(w, g):
 		return false // a decision that had placed neither takes g first
+	case c.grantedBefore(lv, g, w):
+		return false // the grant was written before w existed; its Held status came later
 	case !c.eligible(lv, w, now):
 		return false
 	case ordering == buildlockv1.OrderingFifo && c.higherAhead(waiters, w):
 		return false // w goes behind a build of its line; that one is judged
 	}
 	return true
+}
+
+// grantedBefore reports whether the Lease named g with its token before
+// claim w was created (by resourceVersion: one etcd orders both kinds).
+func (c *Checker) grantedBefore(lv *lockView, g, w *claimView) bool {
+	rv, ok := lv.grantRVs[holderIdentityToken(holderIdentity(g.name, g.uid), g.status.FencingToken)]
+	return ok && w.addedRV > rv
 }
 
 // arrivedBefore reports whether a joins a queue before b when both join in

@@ -249,6 +249,13 @@ func (w *workload) note(kind string, err error) {
 	if reason == "" || reason == string(metav1.StatusReasonUnknown) {
 		reason = "error"
 	}
+	// Which admission policy refused it: with enforcement installed, an API
+	// server just (re)started may refuse claims until it has compiled the
+	// requester policy.
+	if _, rest, ok := strings.Cut(err.Error(), "ValidatingAdmissionPolicy '"); ok {
+		name, _, _ := strings.Cut(rest, "'")
+		reason += " by " + name
+	}
 	w.failed.add(kind+"/"+reason, 1)
 }
 
