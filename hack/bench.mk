@@ -2,8 +2,10 @@
 # server's floor and with what teams use instead (client-go leader election
 # on a Lease, and the client-side ConfigMap protocol), and writes
 # docs/benchmarks.md and its plot. The Makefile includes it and provides the
-# variables and envtest rules it uses. The harness (test/bench) builds only
-# with the `bench` tag, so `make test` never runs it.
+# variables and envtest rules it uses. The harness (test/bench) is a Go
+# module of its own (its plotting libraries stay out of the root go.mod; a
+# replace builds it against this checkout) and builds only with the `bench`
+# tag, so `make test` never runs it.
 
 BENCH_DIR ?= $(LOCALBIN)/bench
 # Extra flags for the harness, e.g. BENCH_FLAGS=-bench.quick for a short try.
@@ -16,4 +18,4 @@ bench: envtest ## Benchmark hand-offs, scale, API cost and memory against the pe
 	@mkdir -p $(BENCH_DIR)
 	go build -o $(LOCALBIN)/manager ./cmd/manager
 	go test -run '^$$' -bench BenchmarkDecide -benchmem ./internal/arbiter/ | tee $(BENCH_DIR)/decide.txt
-	go test -tags bench -run '^TestBench$$' -timeout 30m -v ./test/bench/ -args $(BENCH_FLAGS)
+	cd test/bench && go test -tags bench -run '^TestBench$$' -timeout 30m -v . -args $(BENCH_FLAGS)

@@ -5,7 +5,7 @@
 // and writes docs/benchmarks.md. It runs only with the bench build tag:
 //
 //	make bench
-//	go test -tags bench -run TestBench -timeout 30m ./test/bench -args -bench.quick
+//	cd test/bench && go test -tags bench -run TestBench -timeout 30m . -args -bench.quick
 package bench
 
 import (
