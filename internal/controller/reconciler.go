@@ -398,7 +398,9 @@ func (r *LockReconciler) applyStatuses(ctx context.Context, obs observation, d a
 		}
 		log.Info("Updated claim", "buildLock", bl.Name, "from", v.From, "phase", v.Phase, "reason", v.Reason, "fencingToken", status.FencingToken)
 		if v.From != v.Phase {
-			r.Recorder.Eventf(bl, nil, eventType(v.Phase), eventReason(v.Phase), string(v.Phase), "%s", truncate(v.Message, maxEventNoteLength))
+			if recordsEvent(v.Phase) {
+				r.Recorder.Eventf(bl, nil, eventType(v.Phase), eventReason(v.Phase), string(v.Phase), "%s", truncate(v.Message, maxEventNoteLength))
+			}
 			r.Metrics.observeTransition(bl, v, now)
 		}
 	}
@@ -479,8 +481,18 @@ func eventType(p arbiter.Phase) string {
 	return "Normal"
 }
 
+// recordsEvent says whether a transition to phase p is recorded as an Event:
+// the start and the end of a hold (and a waiter's end), the history of who
+// deployed when. A claim that starts waiting or is superseded gets its
+// status only, which says the same words for as long as the claim exists
+// (an Event would cost the API server one more write on every new build,
+// for a record that lives no longer).
+func recordsEvent(p arbiter.Phase) bool {
+	return p == arbiter.Held || p == arbiter.Released || p == arbiter.Expired
+}
+
 // eventReason names the transition for `kubectl get events`: Acquired,
-// Waiting, Superseded, Released or Expired.
+// Released or Expired.
 func eventReason(p arbiter.Phase) string {
 	if p == arbiter.Held {
 		return buildlockv1.ReasonAcquired
