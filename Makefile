@@ -11,14 +11,26 @@ K8S_VERSION ?= 1.37.2
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
 HELM_VERSION ?= v3.22.0
 GOLANGCI_LINT_VERSION ?= v2.15.0
+HELM_DOCS_VERSION ?= v1.14.2
+# Prometheus's Go module versions are v0.3XX.Y for Prometheus 3.XX.Y.
+PROMETHEUS_VERSION ?= v0.316.0
+KREW_VERSION ?= v0.4.3
 
 ENVTEST_DIR ?= $(LOCALBIN)/k8s/$(K8S_VERSION)
 KUBE_APISERVER ?= $(ENVTEST_DIR)/kube-apiserver
 ETCD ?= $(ENVTEST_DIR)/etcd
 KUBECTL ?= $(ENVTEST_DIR)/kubectl
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
-HELM ?= $(LOCALBIN)/helm-$(HELM_VERSION)
+# helm is built as Helm's release Makefile builds it (see $(HELM) below); the
+# suffix keeps a plain `go install` build of the same version from being reused.
+HELM ?= $(LOCALBIN)/helm-$(HELM_VERSION)-release
 GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
+PROMTOOL ?= $(LOCALBIN)/promtool-$(PROMETHEUS_VERSION)
+HELM_DOCS ?= $(LOCALBIN)/helm-docs-$(HELM_DOCS_VERSION)
+# krew, and its manifest validator: the release's manifest is checked with
+# them (hack/dist's test, in `make test`).
+KREW ?= $(LOCALBIN)/krew-$(KREW_VERSION)
+KREW_VALIDATE ?= $(LOCALBIN)/validate-krew-manifest-$(KREW_VERSION)
 
 export KUBEBUILDER_ASSETS := $(ENVTEST_DIR)
 
@@ -62,8 +74,8 @@ vet: ## go vet.
 # The short chaos run in `make test` uses a fixed workload seed (CHAOS_SEED,
 # default 1) so that CI repeats the same program of operations and faults;
 # `make chaos` draws a new seed each time to explore.
-test: manifests generate fmt vet envtest ## Build missing tools, regenerate, and run every test with -race against a real API server.
-	CHAOS_SEED=$${CHAOS_SEED:-1} go test $(GO_TEST_FLAGS) ./... -coverprofile cover.out
+test: manifests generate fmt vet envtest $(KREW) $(KREW_VALIDATE) ## Build missing tools, regenerate, and run every test with -race against a real API server.
+	CHAOS_SEED=$${CHAOS_SEED:-1} KREW=$(KREW) KREW_VALIDATE=$(KREW_VALIDATE) go test $(GO_TEST_FLAGS) ./... -coverprofile cover.out
 
 .PHONY: fuzz
 fuzz: ## Fuzz every parser and the arbiter, FUZZTIME each.
@@ -89,6 +101,17 @@ build: manifests generate fmt vet ## Build bin/manager and bin/kubectl-buildlock
 	go build -o $(LOCALBIN)/manager ./cmd/manager
 	go build -o $(LOCALBIN)/kubectl-buildlock ./cmd/kubectl-buildlock
 
+# VERSION is the release's: the v* tag git describe finds, else v0.0.0-g<commit>.
+VERSION ?= $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null || echo "v0.0.0-g$$(git describe --always --dirty)")
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct)
+# LICENSE_FILE ships in every archive: krew installs only archives with one.
+LICENSE_FILE ?= LICENSE
+
+.PHONY: dist
+dist: $(KREW_VALIDATE) ## Package the plugin for linux, darwin and windows on amd64 and arm64 into dist/: archives, checksums.txt, krew manifest buildlock.yaml.
+	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) go run ./hack/dist -version $(VERSION) -license $(LICENSE_FILE) -out dist
+	$(KREW_VALIDATE) -manifest dist/buildlock.yaml -skip-install
+
 ##@ Tools
 
 .PHONY: envtest
@@ -112,17 +135,41 @@ $(ETCD):
 $(CONTROLLER_GEN):
 	$(call go-install-tool,$@,sigs.k8s.io/controller-tools/cmd/controller-gen,$(CONTROLLER_TOOLS_VERSION))
 
+# Helm's own Makefile sets its version and its default Kubernetes version with
+# -ldflags, the latter from the minor of its k8s.io/client-go (v0.37 is
+# Kubernetes 1.37). Without them a `go install` build reports Kubernetes
+# v1.20, so `helm template` and `helm lint` fail a chart's kubeVersion unless
+# --kube-version is passed. Read from Helm's go.mod only when helm is built.
+HELM_K8S_MINOR = $(shell go mod download -json helm.sh/helm/v3@$(HELM_VERSION) | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",*$$/\1/p' \
+	| xargs sed -n 's|^[[:space:]]*k8s.io/client-go v0\.\([0-9]*\)\..*|\1|p')
+HELM_LDFLAGS = -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
+	$(foreach p,chartutil lint/rules,-X helm.sh/helm/v3/pkg/$(p).k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/$(p).k8sVersionMinor=$(HELM_K8S_MINOR))
+
 $(HELM):
-	$(call go-install-tool,$@,helm.sh/helm/v3/cmd/helm,$(HELM_VERSION))
+	$(if $(HELM_K8S_MINOR),,$(error cannot read the version of k8s.io/client-go from helm $(HELM_VERSION)'s go.mod))
+	$(call go-install-tool,$@,helm.sh/helm/v3/cmd/helm,$(HELM_VERSION),-ldflags '$(HELM_LDFLAGS)')
+
+$(HELM_DOCS):
+	$(call go-install-tool,$@,github.com/norwoodj/helm-docs/cmd/helm-docs,$(HELM_DOCS_VERSION))
+
+$(PROMTOOL):
+	$(call go-install-tool,$@,github.com/prometheus/prometheus/cmd/promtool,$(PROMETHEUS_VERSION))
 
 $(GOLANGCI_LINT):
 	$(call go-install-tool,$@,github.com/golangci/golangci-lint/v2/cmd/golangci-lint,$(GOLANGCI_LINT_VERSION))
 
-# go-install-tool installs package $(2) at version $(3) as the versioned file $(1).
+$(KREW):
+	$(call go-install-tool,$@,sigs.k8s.io/krew/cmd/krew,$(KREW_VERSION))
+
+$(KREW_VALIDATE):
+	$(call go-install-tool,$@,sigs.k8s.io/krew/cmd/validate-krew-manifest,$(KREW_VERSION))
+
+# go-install-tool installs package $(2) at version $(3) as the versioned file
+# $(1), with the go install flags $(4) if any.
 define go-install-tool
 @set -e; mkdir -p $(LOCALBIN); tmp=$$(mktemp -d); \
 echo "Installing $(2)@$(3)"; \
-GOBIN=$$tmp go install $(2)@$(3); \
+GOBIN=$$tmp go install $(4) $(2)@$(3); \
 mv $$tmp/$$(basename $(2)) $(1); rm -rf $$tmp
 endef
 

@@ -38,12 +38,30 @@ demo: envtest ## Play the narrated hand-off scenario on a local control plane; e
 # uses yours.
 
 .PHONY: install
-install: manifests $(KUBECTL) ## Install the CRD into the configured cluster.
+install: manifests $(KUBECTL) ## Install the CRDs into the configured cluster.
 	$(KUBECTL) apply --server-side -f config/crd/bases
 
 .PHONY: uninstall
-uninstall: manifests $(KUBECTL) ## Delete the CRD, and with it every BuildLock, from the configured cluster.
+uninstall: manifests $(KUBECTL) ## Delete the CRDs, and with them every BuildLock, from the configured cluster.
 	$(KUBECTL) delete --ignore-not-found -f config/crd/bases
+
+# The installer without Helm is config/default (kustomize, rendered by the
+# kubectl above) with the manager's image set to IMG; see hack/installer.sh.
+INSTALLER ?= dist/install.yaml
+
+.PHONY: deploy
+deploy: manifests $(KUBECTL) ## Install buildlock without Helm (config/default, image IMG) into the configured cluster.
+	hack/installer.sh $(KUBECTL) $(IMG) | $(KUBECTL) apply --server-side -f -
+
+.PHONY: undeploy
+undeploy: $(KUBECTL) ## Delete what make deploy installed, the CRDs included, and with them every BuildLock.
+	hack/installer.sh $(KUBECTL) $(IMG) | $(KUBECTL) delete --ignore-not-found -f -
+
+.PHONY: build-installer
+build-installer: manifests $(KUBECTL) ## Write dist/install.yaml: what make deploy installs, image IMG, for kubectl apply --server-side -f.
+	@mkdir -p $(dir $(INSTALLER))
+	hack/installer.sh $(KUBECTL) $(IMG) > $(INSTALLER)
+	@echo "Wrote $(INSTALLER) (image $(IMG)); install it with: kubectl apply --server-side -f $(INSTALLER)"
 
 .PHONY: docker-build
 docker-build: ## Build the manager image IMG with CONTAINER_TOOL (docker).
@@ -55,27 +73,50 @@ docker-push: ## Push the manager image IMG.
 
 ##@ Helm chart
 
+# The roles of config/rbac whose rules the chart renders from its copies in
+# files/rbac: written once, in config/rbac (role.yaml generated from the
+# controller's RBAC markers, the others by hand).
+CHART_RBAC_FILES := role.yaml leader_election_role.yaml metrics_auth_role.yaml metrics_reader_role.yaml pipeline_role.yaml view_role.yaml
+
 .PHONY: chart-sync
-chart-sync: manifests ## Copy the generated CRD and the RBAC rules into the chart.
-	@mkdir -p $(CHART_DIR)/crds $(CHART_DIR)/files
-	rm -f $(CHART_DIR)/crds/*.yaml
-	cp config/crd/bases/*.yaml $(CHART_DIR)/crds/
-	cp config/rbac/role.yaml $(CHART_DIR)/files/manager-role.yaml
-	cp config/rbac/pipeline_role.yaml $(CHART_DIR)/files/pipeline-role.yaml
+chart-sync: manifests ## Copy the generated CRDs, the RBAC rules and the admission policies into the chart.
+	@mkdir -p $(CHART_DIR)/files/crds $(CHART_DIR)/files/rbac $(CHART_DIR)/files/enforcement
+	rm -f $(CHART_DIR)/files/crds/*.yaml $(CHART_DIR)/files/rbac/*.yaml $(CHART_DIR)/files/enforcement/*.yaml
+	cp config/crd/bases/*.yaml $(CHART_DIR)/files/crds/
+	cp config/enforcement/*.yaml $(CHART_DIR)/files/enforcement/
+	cp $(addprefix config/rbac/,$(CHART_RBAC_FILES)) $(CHART_DIR)/files/rbac/
+
+.PHONY: docs-values
+docs-values: $(HELM_DOCS) ## Regenerate the values table of docs/install.md from the comments in the chart's values.yaml.
+	hack/values-table.sh $(HELM_DOCS) $(CHART_DIR) docs/install.md > docs/install.md.tmp
+	mv docs/install.md.tmp docs/install.md
+
+.PHONY: verify-docs
+verify-docs: $(HELM_DOCS) ## Fail when the values table of docs/install.md differs from values.yaml's comments.
+	@want=$$(mktemp); trap 'rm -f $$want' EXIT; \
+	hack/values-table.sh $(HELM_DOCS) $(CHART_DIR) docs/install.md > $$want; \
+	diff -u docs/install.md $$want \
+		|| { echo "docs/install.md's values table is out of date with $(CHART_DIR)/values.yaml; run 'make docs-values' and commit."; exit 1; }
+
+.PHONY: lint-chart
+lint-chart: $(HELM) ## helm lint --strict the chart, its values schema included.
+	$(HELM) lint --strict $(CHART_DIR)
 
 .PHONY: verify-chart
-verify-chart: manifests $(HELM) ## Fail when the chart's CRD or RBAC rules differ from config/, or helm lint complains.
-	@diff -ru config/crd/bases $(CHART_DIR)/crds \
-		&& diff -u config/rbac/role.yaml $(CHART_DIR)/files/manager-role.yaml \
-		&& diff -u config/rbac/pipeline_role.yaml $(CHART_DIR)/files/pipeline-role.yaml \
+verify-chart: manifests $(HELM) $(PROMTOOL) lint-chart verify-docs ## Fail when the chart's CRDs or RBAC rules differ from config/, its values or alerts are wrong, or helm lint complains.
+	@diff -ru config/crd/bases $(CHART_DIR)/files/crds \
+		&& diff -ru -x Kustomization config/enforcement $(CHART_DIR)/files/enforcement \
+		&& for f in $(CHART_RBAC_FILES); do diff -u config/rbac/$$f $(CHART_DIR)/files/rbac/$$f || exit 1; done \
+		&& [ "$$(ls $(CHART_DIR)/files/rbac)" = "$$(printf '%s\n' $(sort $(CHART_RBAC_FILES)))" ] \
 		|| { echo "The chart is out of date with config/; run 'make chart-sync' and commit."; exit 1; }
-	$(HELM) lint --strict $(CHART_DIR)
-	HELM=$(HELM) go test ./test/chart -run '^TestRendered' -count=1
+	HELM=$(HELM) PROMTOOL=$(PROMTOOL) go test ./test/chart -short -count=1
 
 .PHONY: test-chart
-test-chart: envtest $(HELM) ## Install the chart on a local control plane and run the manager under the chart's RBAC.
-	HELM=$(HELM) KUBECTL=$(KUBECTL) go test ./test/chart -count=1 -v -timeout 10m
+test-chart: envtest $(HELM) $(PROMTOOL) ## Install the chart (and the kustomize installer) on a local control plane and run the manager under their RBAC.
+	HELM=$(HELM) PROMTOOL=$(PROMTOOL) KUBECTL=$(KUBECTL) go test ./test/chart -count=1 -v -timeout 10m
 
-# `make test` runs ./test/chart too; give it helm, or its chart tests skip.
-test: $(HELM)
+# `make test` runs ./test/chart too; give it helm and promtool, or the chart
+# and alert tests skip.
+test: $(HELM) $(PROMTOOL)
 test: export HELM := $(HELM)
+test: export PROMTOOL := $(PROMTOOL)

@@ -1,165 +1,386 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
 	"github.com/buildlock/buildlock/pkg/lock"
 )
 
-// releaseTimeout bounds the release of the lock after CMD.
-const releaseTimeout = 30 * time.Second
+const acquireLong = `Claim a target for this build and wait for the operator's verdict, printing the
+claim's place in the queue when it changes. Without CMD, print the fencing token
+once the lock is held; the claim stays until released, until its pod ends, or
+(without a pod) --expires-after after its last renewal.
 
-// pendingHint is how long a claim may stay Pending before the plugin says
-// that the operator may not be running.
-const pendingHint = 30 * time.Second
+With -- CMD, run CMD while holding the lock (BUILDLOCK_FENCING_TOKEN, _NAME,
+_NAMESPACE and _TARGET in its environment; a pod-less claim renewed), then release
+it and exit with CMD's code. If the claim stops holding meanwhile (deleted,
+force-released, expired), CMD is stopped (SIGTERM to its process group, SIGKILL
+after --grace-period) and acquire exits 5. Signals while waiting delete the claim;
+while CMD runs, they are passed on to it.
 
-// serviceAccountNamespaceFile holds the namespace of the pod this process
-// runs in, when it runs in one.
-const serviceAccountNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+Repo, branch, build, pod and run id default from the variables of GitHub Actions,
+GitLab CI, Tekton and Jenkins X, and Jenkins (see docs/pipelines.md). A retried
+step waits on its run's claim; another run's claim of the build is never shared:
+acquire exits 6 while it is in the running, and replaces it once it finished.
 
-func (a *app) acquire(ctx context.Context, args []string) int {
-	env := a.env()
-	o, err := parseAcquire(args, env)
-	if errors.Is(err, errHelp) {
-		fmt.Fprint(a.stdout, commandHelp["acquire"])
-		return exitOK
+` + exitCodesHelp
+
+const acquireExample = `  # Deploy to staging while holding its lock; exit 3 means a newer build will deploy instead
+  kubectl buildlock acquire --target staging --timeout 30m -- ./deploy.sh
+
+  # Outside CI, say who you are
+  kubectl buildlock acquire -n ci --target staging --repo acme/shop --branch main --build 42 -- make deploy
+
+  # Hold the lock across several steps
+  TOKEN=$(kubectl buildlock acquire --target staging --expires-after 45m)`
+
+// defaultCommandExpiresAfter is a pod-less claim's expiresAfter while CMD
+// runs (renewed every third of it): short, so that a hold whose plugin was
+// killed ends soon.
+const defaultCommandExpiresAfter = 2 * time.Minute
+
+// acquireOptions is `kubectl buildlock acquire`.
+type acquireOptions struct {
+	f     *factory
+	build buildFlags
+	claim lock.Claim
+	// command runs while the lock is held, when given after "--".
+	command              []string
+	timeout, gracePeriod time.Duration
+	// notes are worth telling the user before acquiring.
+	notes []string
+}
+
+func newAcquireCommand(o *acquireOptions) *cobra.Command {
+	cmd := newCommand(o, "acquire --target T [flags] [-- CMD ARGS...]",
+		"Claim a target and wait until it is held; optionally run a command while holding it", acquireLong, acquireExample)
+	fs := cmd.Flags()
+	addTargetFlag(cmd, o.f, &o.claim.Target, "The namespace the build deploys into (required).")
+	o.build.addFlags(fs)
+	fs.StringVar(&o.claim.PodName, "pod", "", "The pipeline's pod, in the claims' namespace: while it runs the build is alive (default: $HOSTNAME when running in a pod of that namespace). --pod= claims without a pod.")
+	fs.StringVar(&o.claim.PodUID, "pod-uid", "", "The pod's UID, so that a replaced pod of the same name does not count (default: $POD_UID for the pod from $HOSTNAME).")
+	fs.StringVar(&o.claim.Name, "name", "", "The BuildLock's name (default: derived from repo, branch, build and target).")
+	fs.DurationVar(&o.timeout, "timeout", 0, "How long to wait for the lock before giving up (exit 4, the claim is deleted); 0 waits until interrupted.")
+	fs.DurationVar(&o.claim.ExpiresAfter, "expires-after", 0, "For a claim without a pod: how long the hold lasts without renewal (10s to 24h). Default: 2m with -- CMD (renewed every third of it while it runs), else the API's 1h.")
+	fs.DurationVar(&o.gracePeriod, "grace-period", 10*time.Second, "With -- CMD: how long CMD has to exit after SIGTERM when the claim stops holding, before SIGKILL.")
+	return cmd
+}
+
+// Complete fills the claim from the flags, the CI variables and the
+// kubeconfig's namespace.
+func (o *acquireOptions) Complete(cmd *cobra.Command, args []string) error {
+	if dash := cmd.ArgsLenAtDash(); dash >= 0 {
+		if dash == len(args) {
+			return usagef("nothing after --: give the command to run while the lock is held")
+		}
+		args, o.command = args[:dash], args[dash:]
 	}
+	if len(args) > 0 {
+		return usagef("acquire takes no arguments, got %q; put the command to run after --", args)
+	}
+	fs, ci := cmd.Flags(), lock.DetectCI(o.f.env)
+	o.build.complete(fs, ci)
+	o.claim.Repo, o.claim.Branch, o.claim.Build, o.claim.RunID = o.build.repo, o.build.branch, o.build.build, o.build.runID
+	podFromEnv := !fs.Changed("pod") && ci.Pod != ""
+	if podFromEnv {
+		o.claim.PodName = ci.Pod
+		defaultFrom(fs, "pod-uid", &o.claim.PodUID, ci.PodUID)
+	}
+	switch missing := o.build.missing(); {
+	case o.claim.Target == "":
+		return usagef("missing --target: the namespace the build deploys into")
+	case len(missing) > 0:
+		return usagef("missing %s: pass them, or run in GitHub Actions, GitLab CI, Tekton or Jenkins X, or Jenkins, whose variables say them",
+			strings.Join(missing, ", "))
+	}
+	if ci.System != "" {
+		o.notes = append(o.notes, fmt.Sprintf("Found %s variables.", ci.System))
+	}
+	var err error
+	if o.claim.Namespace, err = o.f.namespace(); err != nil {
+		return err
+	}
+	// podRef names a pod of the claims' namespace: a pod found in HOSTNAME
+	// counts only there (its namespace is POD_NAMESPACE, else its service
+	// account's).
+	podNS := o.f.env["POD_NAMESPACE"]
+	if podNS == "" && podFromEnv {
+		data, _ := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+		podNS = strings.TrimSpace(string(data))
+	}
+	if podFromEnv && podNS != "" && podNS != o.claim.Namespace {
+		o.notes = append(o.notes, fmt.Sprintf("Not naming pod %s: it runs in namespace %s, not in %s where the claim is; the claim lives by renewal instead.",
+			o.claim.PodName, podNS, o.claim.Namespace))
+		o.claim.PodName, o.claim.PodUID = "", ""
+	}
+	if !fs.Changed("expires-after") && o.claim.PodName == "" && len(o.command) > 0 {
+		o.claim.ExpiresAfter = defaultCommandExpiresAfter
+	}
+	return nil
+}
+
+// Validate checks the claim as the API server would.
+func (o *acquireOptions) Validate() error {
+	switch {
+	case o.timeout < 0:
+		return errors.New("--timeout must not be negative")
+	case o.gracePeriod < 0:
+		return errors.New("--grace-period must not be negative")
+	}
+	return o.claim.Validate()
+}
+
+// Run acquires the lock and, with a command, runs it while holding it.
+func (o *acquireOptions) Run(ctx context.Context) error {
+	c, err := o.f.client()
 	if err != nil {
-		return a.usageError("acquire", err)
+		return err
 	}
-	kc, err := a.connect(o.kube)
-	if err != nil {
-		return a.fail(err)
+	stderr := o.f.streams.ErrOut
+	for _, note := range o.notes {
+		fmt.Fprintln(stderr, note)
 	}
-	for _, note := range o.resolve(kc.Namespace, podNamespace(env)) {
-		fmt.Fprintln(a.stderr, note)
+	if o.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, o.timeout)
+		defer cancel()
 	}
-	if err := o.claim.Validate(); err != nil {
-		return a.usageError("acquire", err)
-	}
-	if o.ci.System != "" {
-		fmt.Fprintf(a.stderr, "Found %s variables.\n", o.ci.System)
-	}
-
-	// Signals: while waiting, the first one cancels the wait (and the claim
-	// is deleted); while CMD runs, they are passed on to it.
+	// While waiting, a signal ends the wait (the claim is deleted); while
+	// CMD runs, signals are passed on to it.
 	signals := make(chan os.Signal, 2)
 	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(signals)
-
-	waitCtx, cancelWait := context.WithCancelCause(ctx)
-	defer cancelWait(nil)
+	waitCtx, stopWaiting := context.WithCancel(ctx)
 	var caught os.Signal
-	stopWatchingSignals := make(chan struct{})
-	signalsWatched := make(chan struct{})
-	go func() {
-		defer close(signalsWatched)
+	var wg sync.WaitGroup
+	wg.Go(func() {
 		select {
-		case sig := <-signals:
-			caught = sig
-			cancelWait(fmt.Errorf("received %s", sig))
-		case <-stopWatchingSignals:
+		case caught = <-signals:
+			stopWaiting()
+		case <-waitCtx.Done():
 		}
-	}()
-	if o.timeout > 0 {
-		var cancel context.CancelFunc
-		waitCtx, cancel = context.WithTimeout(waitCtx, o.timeout)
-		defer cancel()
-	}
-
-	p := &progress{out: a.stderr, claim: o.claim, pod: o.claim.PodName}
-	defer p.stop()
-	hold, err := lock.AcquireHold(waitCtx, kc, o.claim, lock.WithObserver(p.observe), lock.WithErrorHandler(p.warn))
-	close(stopWatchingSignals)
-	<-signalsWatched
+	})
+	p := &progress{out: stderr}
+	hold, err := lock.AcquireHold(waitCtx, c, o.claim, lock.WithObserver(p.observe), lock.WithErrorHandler(warnOnce(stderr)))
+	stopWaiting()
+	wg.Wait()
 	p.stop()
-
-	if caught != nil {
+	switch {
+	case caught != nil:
 		if hold != nil {
-			// The lock came just as the signal did: give it back.
-			releaseQuietly(a, hold)
+			releaseAndSay(stderr, hold) // the lock came just as the signal did: give it back
 		}
-		fmt.Fprintf(a.stderr, "Received %s while waiting; deleted the claim %s.\n", caught, p.name())
-		return signalExitCode(caught)
+		fmt.Fprintf(stderr, "Received %s while waiting; deleted the claim.\n", caught)
+		return codeErr(signalExitCode(caught))
+	case err != nil:
+		return reportOutcome(stderr, err)
 	}
-	if err != nil {
-		return a.reportOutcome(err, o.claim)
+	fmt.Fprintf(stderr, "Held %s with fencing token %d (BuildLock %s/%s).\n", o.claim.Target, hold.Token, hold.Namespace, hold.Name)
+	if len(o.command) > 0 {
+		return o.runHolding(hold, signals)
 	}
-	fmt.Fprintf(a.stderr, "Held %s with fencing token %d (BuildLock %s/%s).\n", o.claim.Target, hold.Token, hold.Namespace, hold.Name)
-
-	if len(o.command) == 0 {
-		fmt.Fprintln(a.stdout, hold.Token)
-		if o.claim.PodName == "" {
-			fmt.Fprintf(a.stderr, "The hold lasts until released (kubectl buildlock release %s -n %s) or %s without renewal.\n",
-				hold.Name, hold.Namespace, expiresAfter(hold.BuildLock))
-		} else {
-			fmt.Fprintf(a.stderr, "The hold lasts until released (kubectl buildlock release %s -n %s) or pod %s ends.\n",
-				hold.Name, hold.Namespace, o.claim.PodName)
-		}
-		return exitOK
-	}
-	return a.runHolding(hold, o, signals)
+	_, err = fmt.Fprintln(o.f.streams.Out, hold.Token)
+	fmt.Fprintf(stderr, "The hold ends when released (kubectl buildlock release %s -n %s), or %s.\n", hold.Name, hold.Namespace, howItEnds(hold.BuildLock))
+	return err
 }
 
-// runHolding runs the command while the lock is held, passes signals on to
-// it, releases the lock when it ends, and returns the exit code.
-func (a *app) runHolding(hold *lock.Hold, o acquireOptions, signals <-chan os.Signal) int {
-	cmd := exec.Command(o.command[0], o.command[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = a.stdin, a.stdout, a.stderr
-	cmd.Env = append(append([]string{}, a.environ...),
-		"BUILDLOCK_FENCING_TOKEN="+strconv.FormatInt(hold.Token, 10),
-		"BUILDLOCK_NAME="+hold.Name,
-		"BUILDLOCK_NAMESPACE="+hold.Namespace,
-		"BUILDLOCK_TARGET="+o.claim.Target,
-	)
-	if err := cmd.Start(); err != nil {
-		fmt.Fprintf(a.stderr, "error: starting %s: %v\n", o.command[0], err)
-		releaseQuietly(a, hold)
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
-			return 127
-		}
-		return 126
+// howItEnds says when a hold ends unless released.
+func howItEnds(bl *buildlockv1.BuildLock) string {
+	if bl.Spec.PodRef != nil {
+		return "when pod " + bl.Spec.PodRef.Name + " ends"
 	}
-	done := make(chan struct{})
+	return "after " + lock.ExpiresAfter(bl).String() + " without renewal"
+}
+
+// reportOutcome says why the lock is not held and what to do, and returns
+// the exit code as a codeErr; other errors it returns as they are.
+func reportOutcome(stderr io.Writer, err error) error {
+	var (
+		ended    *lock.EndedError
+		otherRun *lock.ClaimedByAnotherRunError
+		timeout  *lock.TimeoutError
+		hint     string
+	)
+	switch {
+	case errors.Is(err, lock.ErrSuperseded):
+		hint = "A newer build will deploy; stopping without deploying."
+	case errors.As(err, &ended) && ended.Reason != lock.ReasonDeleted:
+		hint = fmt.Sprintf("To try again, delete it first: kubectl buildlock release %s -n %s", ended.Name, ended.Namespace)
+	case errors.As(err, &otherRun):
+		bl := otherRun.BuildLock
+		hint = fmt.Sprintf("This run claimed nothing. Wait until the other run has finished, or end its claim: "+
+			"kubectl buildlock release %s -n %s (force-release --target %s if it holds).", bl.Name, bl.Namespace, bl.Spec.Target)
+	case errors.As(err, &timeout) && timeout.CleanupErr == nil:
+		hint = "Deleted the claim."
+	case !errors.Is(err, lock.ErrEnded) && !errors.Is(err, lock.ErrTimeout):
+		return err
+	}
+	msg := err.Error()
+	fmt.Fprintln(stderr, strings.TrimSpace(strings.ToUpper(msg[:1])+msg[1:]+"\n"+hint))
+	return codeErr(exitCode(err))
+}
+
+// progress tells the user how the claim stands while it waits: each new
+// phase and message, and place in the queue, once; and a hint when the
+// operator does not answer.
+type progress struct {
+	out         io.Writer
+	mu          sync.Mutex
+	last, place string // what was printed last
+	phase       buildlockv1.Phase
+	hint        *time.Timer
+}
+
+func (p *progress) observe(ev lock.Event) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	bl := ev.BuildLock
+	switch ev.Type {
+	case lock.EventReplaced:
+		fmt.Fprintf(p.out, "Deleted BuildLock %s/%s, a finished claim (%s) of this build left by another run (%s), to claim its name.\n",
+			bl.Namespace, bl.Name, bl.Status.Phase, lock.RunIDOf(bl))
+		return
+	case lock.EventCreated, lock.EventAttached:
+		verb, life := "Created", "no pod: renewed while this runs"
+		if ev.Type == lock.EventAttached {
+			verb = "Found this run's"
+		}
+		if bl.Spec.PodRef != nil {
+			life = "pod " + bl.Spec.PodRef.Name
+		}
+		fmt.Fprintf(p.out, "%s BuildLock %s/%s for %s (%s; run %s).\n", verb, bl.Namespace, bl.Name, lock.Describe(bl), life, lock.RunIDOf(bl))
+		p.hint = time.AfterFunc(30*time.Second, func() {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			if p.phase == "" || p.phase == buildlockv1.PhasePending {
+				fmt.Fprintf(p.out, "Still Pending after 30s: is the buildlock operator running and watching namespace %s?\n", bl.Namespace)
+			}
+		})
+	}
+	p.phase = bl.Status.Phase
+	if p.phase == "" || p.phase == buildlockv1.PhaseHeld || p.phase.IsTerminal() {
+		return // not decided yet, or the outcome, reported once Acquire returns
+	}
+	p.say(&p.last, strings.TrimSuffix(string(p.phase)+": "+bl.Status.Message, ": "))
+	if ev.Place != nil {
+		p.say(&p.place, fmt.Sprintf("Place in the queue for %s: %s.", bl.Spec.Target, ev.Place))
+	}
+}
+
+// say prints line unless *last says it already.
+func (p *progress) say(last *string, line string) {
+	if line != *last {
+		*last = line
+		fmt.Fprintln(p.out, line)
+	}
+}
+
+func (p *progress) stop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.hint != nil {
+		p.hint.Stop()
+	}
+}
+
+// releaseAndSay releases the hold and says so. A failure is reported with
+// how the lock ends anyway, but leaves the exit code alone: the command's
+// result matters more.
+func releaseAndSay(stderr io.Writer, hold *lock.Hold) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := hold.Release(ctx); err != nil {
+		fmt.Fprintf(stderr, "warning: releasing the lock failed: %v; it ends %s, or run: kubectl buildlock release %s -n %s\n",
+			err, howItEnds(hold.BuildLock), hold.Name, hold.Namespace)
+		return
+	}
+	fmt.Fprintf(stderr, "Released %s (BuildLock %s/%s).\n", hold.BuildLock.Spec.Target, hold.Namespace, hold.Name)
+}
+
+// runHolding runs the command while the lock is held: it passes signals on
+// to it, stops it when the claim stops holding, releases the lock when it
+// ends, and returns the exit code as a codeErr.
+func (o *acquireOptions) runHolding(hold *lock.Hold, signals <-chan os.Signal) error {
+	stderr, name := o.f.streams.ErrOut, o.command[0]
+	cmd := exec.Command(name, o.command[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = o.f.streams.In, o.f.streams.Out, stderr
+	cmd.Env = append(slices.Clone(o.f.environ), "BUILDLOCK_FENCING_TOKEN="+strconv.FormatInt(hold.Token, 10),
+		"BUILDLOCK_NAME="+hold.Name, "BUILDLOCK_NAMESPACE="+hold.Namespace, "BUILDLOCK_TARGET="+o.claim.Target)
+	group := startOwnGroup(cmd, o.f.streams.In)
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(stderr, "error: starting %s: %v\n", name, err)
+		releaseAndSay(stderr, hold)
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+			return codeErr(127)
+		}
+		return codeErr(126)
+	}
+	exited := make(chan struct{})
 	go func() {
-		_ = cmd.Wait()
-		close(done)
+		_ = cmd.Wait() // its result is in cmd.ProcessState
+		close(exited)
 	}()
+	watchCtx, stopWatching := context.WithCancel(context.Background())
+	defer stopWatching()
+	lost := make(chan error, 1)
+	go func() { lost <- hold.WaitLost(watchCtx) }()
+
 	var caught os.Signal
-wait:
-	for {
+	var lostErr error
+	var kill <-chan time.Time
+	for exited != nil {
 		select {
-		case <-done:
-			break wait
+		case <-exited:
+			exited = nil
 		case sig := <-signals:
 			if caught != nil {
-				fmt.Fprintf(a.stderr, "Received %s again; killing %s.\n", sig, o.command[0])
-				_ = cmd.Process.Kill()
+				sig = os.Kill
+			}
+			caught = cmp.Or(caught, sig)
+			fmt.Fprintf(stderr, "Received a signal; sending %s to %s.\n", sig, name)
+			signalCommand(cmd, group, sig)
+		case err := <-lost:
+			lost = nil
+			if !errors.Is(err, lock.ErrLost) {
+				fmt.Fprintf(stderr, "warning: cannot watch the claim while %s runs: %v\n", name, err)
 				continue
 			}
-			caught = sig
-			fmt.Fprintf(a.stderr, "Received %s; passing it on to %s, then releasing the lock.\n", sig, o.command[0])
-			_ = cmd.Process.Signal(sig)
+			lostErr, kill = err, time.After(o.gracePeriod)
+			fmt.Fprintf(stderr, "error: %v\nStopping %s: the lock may be someone else's now (SIGTERM; SIGKILL after %s).\n", err, name, o.gracePeriod)
+			signalCommand(cmd, group, syscall.SIGTERM)
+		case <-kill:
+			fmt.Fprintf(stderr, "%s still runs %s after SIGTERM; killing it.\n", name, o.gracePeriod)
+			signalCommand(cmd, group, os.Kill)
 		}
 	}
+	stopWatching()
 	code := exitStatus(cmd.ProcessState)
-	releaseQuietly(a, hold)
-	if caught != nil {
-		return signalExitCode(caught)
+	releaseAndSay(stderr, hold)
+	switch {
+	case lostErr != nil:
+		fmt.Fprintf(stderr, "%s was stopped (exit code %d): the claim stopped holding the lock (exit %d).\n", name, code, exitEnded)
+		return codeErr(exitEnded)
+	case caught != nil:
+		return codeErr(signalExitCode(caught))
 	}
-	return code
+	return codeErr(code)
 }
 
 // exitStatus is a finished process's exit code, or 128 plus the signal that
@@ -169,169 +390,4 @@ func exitStatus(ps *os.ProcessState) int {
 		return 128 + int(ws.Signal())
 	}
 	return ps.ExitCode()
-}
-
-// releaseQuietly releases the hold and says so; a failure is reported with
-// how the lock will end anyway, but does not change the exit code (the
-// command's result matters more).
-func releaseQuietly(a *app, hold *lock.Hold) {
-	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
-	defer cancel()
-	if err := hold.Release(ctx); err != nil {
-		how := "when its pod ends"
-		if hold.BuildLock.Spec.PodRef == nil {
-			how = "after " + expiresAfter(hold.BuildLock) + " without renewal"
-		}
-		fmt.Fprintf(a.stderr, "warning: releasing the lock failed: %v; it ends %s, or run: kubectl buildlock release %s -n %s\n",
-			err, how, hold.Name, hold.Namespace)
-		return
-	}
-	fmt.Fprintf(a.stderr, "Released %s (deleted BuildLock %s/%s).\n", hold.BuildLock.Spec.Target, hold.Namespace, hold.Name)
-}
-
-func expiresAfter(bl *buildlockv1.BuildLock) string {
-	if bl.Spec.ExpiresAfter != nil {
-		return bl.Spec.ExpiresAfter.Duration.String()
-	}
-	return "1h"
-}
-
-// reportOutcome explains why the lock is not held and returns the exit code.
-func (a *app) reportOutcome(err error, claim lock.Claim) int {
-	var (
-		superseded *lock.SupersededError
-		ended      *lock.EndedError
-		timeout    *lock.TimeoutError
-	)
-	switch {
-	case errors.As(err, &superseded):
-		msg := superseded.Message
-		if msg == "" {
-			msg = fmt.Sprintf("BuildLock %s superseded it.", superseded.SupersededBy)
-		}
-		fmt.Fprintf(a.stderr, "Superseded (%s): %s\nA newer build will deploy to %s; stopping without deploying (exit %d).\n",
-			superseded.Reason, msg, claim.Target, exitSuperseded)
-	case errors.As(err, &ended):
-		fmt.Fprintf(a.stderr, "The claim ended before it held the lock: %v\n", ended)
-		if ended.Reason != lock.ReasonDeleted {
-			fmt.Fprintf(a.stderr, "To try again, delete it first: kubectl buildlock release %s -n %s\n", ended.Name, ended.Namespace)
-		}
-	case errors.As(err, &timeout):
-		msg := timeout.Error()
-		fmt.Fprintf(a.stderr, "%s%s.\n", strings.ToUpper(msg[:1]), msg[1:])
-		if timeout.CleanupErr == nil {
-			fmt.Fprintf(a.stderr, "Deleted the claim %s/%s.\n", timeout.Namespace, timeout.Name)
-		}
-	default:
-		fmt.Fprintf(a.stderr, "error: %v\n", explain(err))
-	}
-	return exitCode(err)
-}
-
-// podNamespace is the namespace of the pod this process runs in, "" when it
-// is not known.
-func podNamespace(env map[string]string) string {
-	if ns := env["POD_NAMESPACE"]; ns != "" {
-		return ns
-	}
-	if env["KUBERNETES_SERVICE_HOST"] == "" {
-		return ""
-	}
-	data, err := os.ReadFile(serviceAccountNamespaceFile)
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(data))
-}
-
-// progress tells the user how the claim stands while it waits: each new
-// phase and message once, and a hint when the operator does not answer.
-type progress struct {
-	out   interface{ Write([]byte) (int, error) }
-	claim lock.Claim
-	pod   string
-
-	mu       sync.Mutex
-	bl       string // namespace/name, once known
-	last     string // phase and message last printed
-	phase    buildlockv1.Phase
-	hint     *time.Timer
-	stopped  bool
-	warnings map[string]bool
-}
-
-func (p *progress) observe(ev lock.Event) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	bl := ev.BuildLock
-	p.bl = bl.Namespace + "/" + bl.Name
-	switch ev.Type {
-	case lock.EventCreated, lock.EventAttached:
-		verb := "Created"
-		if ev.Type == lock.EventAttached {
-			verb = "Found existing"
-		}
-		life := "its pod " + p.pod
-		if p.pod == "" {
-			life = "no pod: renewed while this runs"
-		}
-		fmt.Fprintf(p.out, "%s BuildLock %s: build %d of %s@%s claims %s (%s).\n",
-			verb, p.bl, bl.Spec.Build, bl.Spec.Repo, bl.Spec.Branch, bl.Spec.Target, life)
-		p.hint = time.AfterFunc(pendingHint, p.pendingTooLong)
-	}
-	p.phase = bl.Status.Phase
-	if p.phase == buildlockv1.PhaseHeld || p.phase.IsTerminal() {
-		return // the outcome is reported once Acquire returns
-	}
-	if p.phase == "" {
-		return // not decided yet: nothing to tell
-	}
-	line := string(bl.Status.Phase)
-	if bl.Status.Message != "" {
-		line += ": " + bl.Status.Message
-	}
-	if line != p.last {
-		p.last = line
-		fmt.Fprintln(p.out, line)
-	}
-}
-
-func (p *progress) pendingTooLong() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !p.stopped && (p.phase == "" || p.phase == buildlockv1.PhasePending) {
-		fmt.Fprintf(p.out, "Still Pending after %s: is the buildlock operator running and watching namespace %s?\n",
-			pendingHint, p.claim.Namespace)
-	}
-}
-
-func (p *progress) warn(err error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.warnings == nil {
-		p.warnings = map[string]bool{}
-	}
-	if msg := err.Error(); !p.warnings[msg] {
-		p.warnings[msg] = true
-		fmt.Fprintf(p.out, "warning: %v\n", err)
-	}
-}
-
-// name is the claim's namespace/name, or what it would be.
-func (p *progress) name() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.bl != "" {
-		return p.bl
-	}
-	return p.claim.Namespace + "/" + lock.Name(p.claim)
-}
-
-func (p *progress) stop() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.stopped = true
-	if p.hint != nil {
-		p.hint.Stop()
-	}
 }

@@ -30,6 +30,11 @@ func TestExitCode(t *testing.T) {
 		"forbidden by RBAC":           {err: apierrors.NewForbidden(schema.GroupResource{Group: "buildlock.io", Resource: "buildlocks"}, "x", errors.New("no")), want: 1},
 		"a canceled wait is an error": {err: context.Canceled, want: 1},
 		"a name taken":                {err: lock.ErrNameTaken, want: 1},
+		"another run's claim":         {err: &lock.ClaimedByAnotherRunError{}, want: 6},
+		"a hold lost while CMD ran":   {err: fmt.Errorf("x: %w", &lock.LostError{Reason: lock.ReasonDeleted}), want: 5},
+		"a bad force-release reason":  {err: fmt.Errorf("--reason: %w", lock.ErrInvalidReason), want: 2},
+		"no holder to force-release":  {err: lock.ErrNoHolder, want: 1},
+		"an exit code told already":   {err: commandErr{codeErr(143)}, want: 143},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -1,11 +1,16 @@
 package main
 
+// Integration tests: the built plugin against a real API server with the
+// operator running (integration_setup_test.go), as a pipeline would run it.
+
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,15 +24,19 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
-	"github.com/buildlock/buildlock/internal/testenv"
 	"github.com/buildlock/buildlock/pkg/lock"
 )
 
+// github is a GitHub Actions run of build 42 of acme/shop@main; attempt
+// tells runs of the same build apart.
+func github(attempt int) map[string]string {
+	return map[string]string{"GITHUB_ACTIONS": "true", "GITHUB_REPOSITORY": "acme/shop", "GITHUB_REF_NAME": "main",
+		"GITHUB_RUN_NUMBER": "42", "GITHUB_RUN_ID": "5005", "GITHUB_RUN_ATTEMPT": strconv.Itoa(attempt)}
+}
+
 func TestAcquireOnAFreeLockHoldsWithToken1(t *testing.T) {
 	f := newFixture(t)
-	ci := map[string]string{"GITHUB_ACTIONS": "true", "GITHUB_REPOSITORY": "acme/shop", "GITHUB_REF_NAME": "main", "GITHUB_RUN_NUMBER": "42"}
-
-	code, p := f.run(ci, "acquire", "--target", "staging", "--timeout", "30s")
+	code, p := f.run(github(1), "acquire", "--target", "staging", "--timeout", "30s")
 	if code != exitOK {
 		t.Fatalf("acquire exited %d, want 0; stderr:\n%s", code, p.stderr)
 	}
@@ -38,11 +47,16 @@ func TestAcquireOnAFreeLockHoldsWithToken1(t *testing.T) {
 	if bl == nil || bl.Status.Phase != buildlockv1.PhaseHeld || bl.Status.FencingToken != 1 {
 		t.Fatalf("BuildLock = %+v, want it Held with token 1", bl)
 	}
-	if s := bl.Spec; s.Repo != "acme/shop" || s.Branch != "main" || s.Build != 42 || s.PodRef != nil {
-		t.Errorf("spec = %+v, want the GitHub variables' build and no pod", s)
+	if s := bl.Spec; s.Repo != "acme/shop" || s.Branch != "main" || s.Build != 42 || s.PodRef != nil || lock.RunIDOf(bl) != "5005-1" {
+		t.Errorf("spec = %+v, run id %q; want the GitHub variables' build and run, and no pod", s, lock.RunIDOf(bl))
 	}
 
-	code, p = f.run(ci, "release", "--target", "staging", "--mine")
+	// Another run's --mine leaves this run's claim; this run's releases it.
+	code, p = f.run(github(2), "release", "--target", "staging", "--mine")
+	if code != exitOK || f.get("acme-shop-main-42-staging") == nil || !strings.Contains(p.stderr.String(), "another run's") {
+		t.Errorf("another run's release --mine exited %d; stderr:\n%s", code, p.stderr)
+	}
+	code, p = f.run(github(1), "release", "--target", "staging", "--mine")
 	if code != exitOK || f.get("acme-shop-main-42-staging") != nil {
 		t.Errorf("release --mine exited %d and left the claim; stderr:\n%s", code, p.stderr)
 	}
@@ -73,16 +87,12 @@ func TestTwoBuildsTakeTurnsOneAfterTheOther(t *testing.T) {
 	if web.start < api.end && api.start < web.end {
 		t.Errorf("the commands overlapped: web ran %d..%d, api ran %d..%d", web.start, web.end, api.start, api.end)
 	}
-	tokens := map[string]bool{web.token: true, api.token: true}
-	if !tokens["1"] || !tokens["2"] {
-		t.Errorf("tokens %q and %q, want 1 and 2", web.token, api.token)
-	}
 	first, second := web, api
 	if api.start < web.start {
 		first, second = api, web
 	}
 	if first.token != "1" || second.token != "2" {
-		t.Errorf("the first to run had token %s, the second %s", first.token, second.token)
+		t.Errorf("the first to run had token %s, the second %s; want 1 and 2", first.token, second.token)
 	}
 	if web.name != "acme-web-main-1-staging" || api.name != "acme-api-main-1-staging" {
 		t.Errorf("BUILDLOCK_NAME was %q and %q", web.name, api.name)
@@ -120,6 +130,9 @@ func TestANewerBuildSupersedesAWaitingOlderOne(t *testing.T) {
 	}
 
 	f.waitForPhase("acme-shop-main-6-staging", buildlockv1.PhaseWaiting)
+	f.eventually(10*time.Second, "the newer build says its place", func() bool {
+		return strings.Contains(newer.stderr.String(), "Place in the queue for staging: 1 of 1 (next); "+holder+" holds it with fencing token 1.")
+	})
 	if code, p := f.run(nil, "release", holder); code != exitOK {
 		t.Fatalf("releasing the holder exited %d; stderr:\n%s", code, p.stderr)
 	}
@@ -140,7 +153,6 @@ func TestTimeoutDeletesTheClaim(t *testing.T) {
 	if code != exitTimeout {
 		t.Fatalf("acquire exited %d, want %d; stderr:\n%s", code, exitTimeout, p.stderr)
 	}
-	t.Logf("stderr:\n%s", p.stderr)
 	if waited := time.Since(start); waited > 20*time.Second {
 		t.Errorf("the timeout of 2s took %s", waited)
 	}
@@ -190,7 +202,7 @@ func TestTheCommandsExitCodeIsPassedThroughAndTheLockReleased(t *testing.T) {
 			return nil, []string{"--", "/nonexistent/deploy.sh"}
 		}, 127},
 	} {
-		build := string(rune('1' + i))
+		build := strconv.Itoa(i + 1)
 		env, cmd := tc.command()
 		code, p := f.run(env, append([]string{"acquire", "--target", "staging", "--repo", "acme/shop", "--branch", "main", "--build", build}, cmd...)...)
 		if code != tc.want {
@@ -202,32 +214,107 @@ func TestTheCommandsExitCodeIsPassedThroughAndTheLockReleased(t *testing.T) {
 	}
 }
 
-func TestStatusShowsHolderWaitingAndToken(t *testing.T) {
+func TestStatusShowsTheHolderTheQueueAndTheOrdering(t *testing.T) {
 	f := newFixture(t)
-	f.hold("staging")
+	holder := f.hold("staging")
 	waiter := f.plugin(nil, "acquire", "--target", "staging", "--repo", "acme/shop", "--branch", "main", "--build", "9")
 	f.waitForPhase("acme-shop-main-9-staging", buildlockv1.PhaseWaiting)
+	must(t, admin.Create(context.Background(), &buildlockv1.BuildLockPolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "prod"},
+		Spec:       buildlockv1.BuildLockPolicySpec{Ordering: buildlockv1.OrderingFifo},
+	}))
+	f.hold("prod")
 
 	code, p := f.run(nil, "status")
-	if code != exitOK {
-		t.Fatalf("status exited %d; stderr:\n%s", code, p.stderr)
-	}
 	lines := strings.Split(strings.TrimSpace(p.stdout.String()), "\n")
-	if len(lines) != 2 || !strings.HasPrefix(lines[0], "TARGET") ||
-		!strings.Contains(lines[1], "acme/holder@main #1") || !strings.Contains(lines[1], "acme/shop@main #9") || !strings.HasSuffix(lines[1], " 1") {
-		t.Errorf("status table:\n%s", p.stdout)
+	if code != exitOK || len(lines) != 4 || !strings.HasPrefix(lines[0], "TARGET") ||
+		!strings.Contains(lines[1], "prod      Fifo") || !strings.Contains(lines[1], "holder") ||
+		!strings.Contains(lines[2], "staging   NewestWins   holder     acme/holder@main #1   Held      1") ||
+		!strings.Contains(lines[3], "1 (next)   acme/shop@main #9     Waiting") {
+		t.Errorf("status exited %d:\n%s%s", code, p.stdout, p.stderr)
 	}
 
 	code, p = f.run(nil, "status", "--target", "staging", "-o", "json")
-	var out struct{ Locks []lockStatus }
-	if code != exitOK || json.Unmarshal([]byte(p.stdout.String()), &out) != nil || len(out.Locks) != 1 {
+	var out struct {
+		Kind  string
+		Items []lock.Summary
+	}
+	if code != exitOK || json.Unmarshal([]byte(p.stdout.String()), &out) != nil || len(out.Items) != 1 {
 		t.Fatalf("status -o json exited %d:\n%s%s", code, p.stdout, p.stderr)
 	}
-	if l := out.Locks[0]; l.Namespace != f.ns || l.Holder == nil || l.Holder.Build != 1 || l.Holder.FencingToken != 1 || l.Waiting == nil || l.Waiting.Build != 9 {
-		t.Errorf("status -o json = %+v", l)
+	if l := out.Items[0]; out.Kind != "LockStatusList" || l.Namespace != f.ns || l.Ordering != buildlockv1.OrderingNewestWins ||
+		l.Holder == nil || l.Holder.Build != 1 || l.Holder.FencingToken != 1 || len(l.Queue) != 1 || l.Queue[0].Build != 9 || l.Queue[0].Position != 1 {
+		t.Errorf("status -o json = %+v", out)
+	}
+
+	code, p = f.run(nil, "status", "--target", "staging", "-o", "jsonpath={.items[0].holder.fencingToken} {.items[0].queue[0].name}")
+	if code != exitOK || p.stdout.String() != "1 acme-shop-main-9-staging" {
+		t.Errorf("status -o jsonpath exited %d: %q%s", code, p.stdout, p.stderr)
+	}
+	code, p = f.run(nil, "status", "--target", "staging", "-o", "name")
+	if want := "buildlock.buildlock.io/" + holder + "\nbuildlock.buildlock.io/acme-shop-main-9-staging\n"; code != exitOK || p.stdout.String() != want {
+		t.Errorf("status -o name exited %d:\n%s%s", code, p.stdout, p.stderr)
+	}
+	code, p = f.run(nil, "status", "-A")
+	if code != exitError || !strings.Contains(p.stderr.String(), "forbidden") {
+		t.Errorf("status -A as a pipeline of one namespace exited %d, want 1 (forbidden):\n%s", code, p.stderr)
 	}
 	waiter.signal(t, syscall.SIGTERM)
 	waiter.wait(t, 30*time.Second)
+}
+
+// TestKubectlsConnectionFlags runs the plugin as a pipeline outside the
+// cluster does (no kubeconfig: --server, --token and
+// --certificate-authority), and as an administrator impersonating others
+// (--as, --as-group).
+func TestKubectlsConnectionFlags(t *testing.T) {
+	f := newFixture(t)
+	ca := filepath.Join(f.dir, "ca.crt")
+	must(t, os.WriteFile(ca, adminCfg.CAData, 0o600))
+	noKubeconfig := filepath.Join(f.dir, "none")
+	token := f.serviceAccountToken()
+
+	p := f.pluginAs(noKubeconfig, github(1), "acquire", "--server", serverURL(t, adminCfg), "--token", token,
+		"--certificate-authority", ca, "-n", f.ns, "--target", "staging", "--request-timeout", "20s")
+	if code := p.wait(t, time.Minute); code != exitOK || p.stdout.String() != "1\n" {
+		t.Fatalf("acquire with --server and --token exited %d: %q\n%s", code, p.stdout, p.stderr)
+	}
+
+	asPipeline := []string{"--as", "system:serviceaccount:" + f.ns + ":pipeline", "--as-group", "system:serviceaccounts"}
+	p = f.pluginAs(f.adminKubeconfig, nil, append(asPipeline, "status", "-o", "jsonpath={.items[0].holder.name}")...)
+	if code := p.wait(t, time.Minute); code != exitOK || p.stdout.String() != "acme-shop-main-42-staging" {
+		t.Errorf("status --as the pipeline exited %d: %q\n%s", code, p.stdout, p.stderr)
+	}
+	p = f.pluginAs(f.adminKubeconfig, nil, "status", "--as", "nobody")
+	if code := p.wait(t, time.Minute); code != exitError || !strings.Contains(p.stderr.String(), `User "nobody" cannot list resource "buildlocks"`) {
+		t.Errorf("status --as nobody exited %d, want 1 (forbidden):\n%s", code, p.stderr)
+	}
+	p = f.pluginAs(noKubeconfig, nil, "release", "acme-shop-main-42-staging", "-s", serverURL(t, adminCfg), "--token", token,
+		"--insecure-skip-tls-verify", "-n", f.ns)
+	if code := p.wait(t, time.Minute); code != exitOK || f.get("acme-shop-main-42-staging") != nil {
+		t.Errorf("release with -s, --token and --insecure-skip-tls-verify exited %d:\n%s", code, p.stderr)
+	}
+}
+
+func TestShellCompletion(t *testing.T) {
+	f := newFixture(t)
+	holder := f.hold("staging")
+
+	code, p := f.run(nil, "completion", "bash")
+	if code != exitOK || !strings.Contains(p.stdout.String(), "__start_kubectl-buildlock") {
+		t.Errorf("completion bash exited %d:\n%.300s%s", code, p.stdout, p.stderr)
+	}
+	for _, tc := range []struct{ args, want []string }{
+		{args: []string{"__complete", "release", ""}, want: []string{holder + "\tacme/holder@main #1 on staging, Held"}},
+		{args: []string{"__complete", "acquire", "--target", ""}, want: []string{"staging\theld by acme/holder@main #1, 0 waiting (NewestWins)"}},
+		{args: []string{"__complete", "status", "-o", ""}, want: []string{"wide", "json", "name", "jsonpath", "go-template"}},
+	} {
+		code, p := f.run(nil, tc.args...)
+		lines := strings.Split(strings.TrimSpace(p.stdout.String()), "\n")
+		if code != exitOK || !isSubset(tc.want, lines) {
+			t.Errorf("%q exited %d:\n%s", tc.args, code, p.stdout)
+		}
+	}
 }
 
 func TestForceReleaseAnnotatesTheHolderAndRecordsAnEvent(t *testing.T) {
@@ -244,16 +331,16 @@ func TestForceReleaseAnnotatesTheHolderAndRecordsAnEvent(t *testing.T) {
 		t.Fatalf("force-release exited %d; stderr:\n%s", code, p.stderr)
 	}
 	bl := f.get(holder)
-	value := bl.Annotations[lock.ForceReleaseAnnotation]
+	value := bl.Annotations[buildlockv1.ForceReleaseAnnotation]
 	who, reason, _ := strings.Cut(value, ": ")
 	if who == "" || who == "unknown" || reason != "deploy hangs, INC-1" {
-		t.Errorf("annotation %s = %q, want \"<user>: deploy hangs, INC-1\"", lock.ForceReleaseAnnotation, value)
+		t.Errorf("annotation %s = %q, want \"<user>: deploy hangs, INC-1\"", buildlockv1.ForceReleaseAnnotation, value)
 	}
 	var events corev1.EventList
 	must(t, admin.List(context.Background(), &events, client.InNamespace(f.ns)))
 	found := false
 	for _, ev := range events.Items {
-		if ev.Reason == eventReasonForceRelease && ev.InvolvedObject.Name == holder && ev.InvolvedObject.UID == bl.UID &&
+		if ev.Reason == lock.EventReasonForceRelease && ev.InvolvedObject.Name == holder && ev.InvolvedObject.UID == bl.UID &&
 			strings.Contains(ev.Message, who) && strings.Contains(ev.Message, "deploy hangs, INC-1") {
 			found = true
 		}
@@ -272,22 +359,170 @@ func TestAPodFromHostnameIsTheClaimsPod(t *testing.T) {
 	}
 	must(t, admin.Create(context.Background(), pod))
 	env := map[string]string{"REPO_OWNER": "acme", "REPO_NAME": "shop", "BRANCH_NAME": "main", "BUILD_NUMBER": "3",
-		"KUBERNETES_SERVICE_HOST": "10.0.0.1", "HOSTNAME": "deploy-pod-0", "POD_NAMESPACE": f.ns}
+		"KUBERNETES_SERVICE_HOST": "10.0.0.1", "HOSTNAME": "deploy-pod-0", "POD_NAMESPACE": f.ns, "POD_UID": string(pod.UID)}
 	code, p := f.run(env, "acquire", "--target", "staging")
 	if code != exitOK {
 		t.Fatalf("acquire exited %d; stderr:\n%s", code, p.stderr)
 	}
 	bl := f.get("acme-shop-main-3-staging")
-	if bl.Spec.PodRef == nil || bl.Spec.PodRef.Name != "deploy-pod-0" || bl.Status.Phase != buildlockv1.PhaseHeld {
-		t.Errorf("claim = %+v / %+v, want it Held with pod deploy-pod-0", bl.Spec, bl.Status)
+	if bl.Spec.PodRef == nil || bl.Spec.PodRef.Name != "deploy-pod-0" || bl.Spec.PodRef.UID != string(pod.UID) ||
+		bl.Status.Phase != buildlockv1.PhaseHeld || lock.RunIDOf(bl) != string(pod.UID) {
+		t.Errorf("claim = %+v / %+v, run %q; want it Held by pod deploy-pod-0 and its UID", bl.Spec, bl.Status, lock.RunIDOf(bl))
+	}
+	// A later step of the same pod (the same run) finds its claim.
+	code, p = f.run(env, "acquire", "--target", "staging")
+	if code != exitOK || !strings.Contains(p.stderr.String(), "Found this run's BuildLock") {
+		t.Errorf("acquire again in the same pod exited %d; stderr:\n%s", code, p.stderr)
 	}
 }
 
-// The Go client, as the pipeline user.
+// TestASecondRunOfTheSameBuildNeverDeploysAtTheSameTime re-runs a CI job
+// (the same build number, another run) while the first run deploys: the
+// second claims nothing and says whose claim is in the way; the first runs
+// on, untouched.
+func TestASecondRunOfTheSameBuildNeverDeploysAtTheSameTime(t *testing.T) {
+	f := newFixture(t)
+	env, cmd := f.helper("first", 5*time.Second, 0)
+	first := f.plugin(merge(github(1), env), append([]string{"acquire", "--target", "staging"}, cmd...)...)
+	f.started("first")
+	claim := f.get("acme-shop-main-42-staging")
+
+	env, cmd = f.helper("second", 0, 0)
+	code, second := f.run(merge(github(2), env), append([]string{"acquire", "--target", "staging"}, cmd...)...)
+	if code != exitOtherRun {
+		t.Fatalf("the second run exited %d, want %d; stderr:\n%s", code, exitOtherRun, second.stderr)
+	}
+	for _, want := range []string{"BuildLock " + f.ns + "/acme-shop-main-42-staging", "(run 5005-1, this is run 5005-2)", "kubectl buildlock release acme-shop-main-42-staging"} {
+		if !strings.Contains(second.stderr.String(), want) {
+			t.Errorf("the second run's stderr does not say %q:\n%s", want, second.stderr)
+		}
+	}
+	if _, ran := f.helperRun("second"); ran {
+		t.Error("the second run ran its command")
+	}
+	if bl := f.get(claim.Name); bl == nil || bl.UID != claim.UID || bl.Status.Phase != buildlockv1.PhaseHeld {
+		t.Errorf("the first run's claim changed: %+v", bl)
+	}
+	if code := first.wait(t, time.Minute); code != exitOK {
+		t.Errorf("the first run exited %d; stderr:\n%s", code, first.stderr)
+	}
+	if run, _ := f.helperRun("first"); run.end == 0 {
+		t.Error("the first run's command did not run to its end")
+	}
+}
+
+// TestARunReplacesAnotherRunsFinishedClaim re-runs a build whose first
+// run's claim ended (force-released): the re-run deletes that claim and
+// claims anew under its own run id.
+func TestARunReplacesAnotherRunsFinishedClaim(t *testing.T) {
+	f := newFixture(t)
+	if code, p := f.run(github(1), "acquire", "--target", "staging"); code != exitOK {
+		t.Fatalf("the first run exited %d; stderr:\n%s", code, p.stderr)
+	}
+	p := f.pluginAs(f.adminKubeconfig, nil, "force-release", "--target", "staging", "--reason", "stuck")
+	if code := p.wait(t, time.Minute); code != exitOK {
+		t.Fatalf("force-release exited %d; stderr:\n%s", code, p.stderr)
+	}
+	old := f.waitForPhase("acme-shop-main-42-staging", buildlockv1.PhaseReleased)
+
+	code, p := f.run(github(2), "acquire", "--target", "staging", "--timeout", "30s")
+	// The operator may hold that build already granted once (exit 3).
+	if code != exitOK && code != exitSuperseded {
+		t.Fatalf("the re-run exited %d, want 0 or 3; stderr:\n%s", code, p.stderr)
+	}
+	if !strings.Contains(p.stderr.String(), "Deleted BuildLock "+f.ns+"/acme-shop-main-42-staging, a finished claim (Released)") {
+		t.Errorf("the re-run does not say it replaced the first run's claim:\n%s", p.stderr)
+	}
+	if bl := f.get("acme-shop-main-42-staging"); bl == nil || bl.UID == old.UID || lock.RunIDOf(bl) != "5005-2" {
+		t.Errorf("the claim is %+v, want a new one of run 5005-2", bl)
+	}
+}
+
+// TestTheCommandIsStoppedWhenTheClaimStopsHolding ends a hold in each way a
+// pipeline cannot see from its command, while the command runs: the plugin
+// stops the command's whole process group and exits 5, saying why.
+func TestTheCommandIsStoppedWhenTheClaimStopsHolding(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		end        func(f *fixture, claim string)
+		ignoreTerm bool
+		want       string
+	}{
+		{name: "force-released", want: "it is Released (ForceReleased)", end: func(f *fixture, _ string) {
+			p := f.pluginAs(f.adminKubeconfig, nil, "force-release", "--target", "staging", "--reason", "INC-7")
+			if code := p.wait(f.t, time.Minute); code != exitOK {
+				f.t.Errorf("force-release exited %d:\n%s", code, p.stderr)
+			}
+		}},
+		{name: "deleted", want: "it was deleted", end: func(f *fixture, claim string) {
+			must(f.t, admin.Delete(context.Background(), &buildlockv1.BuildLock{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: claim}}))
+		}},
+		{name: "deleted, and the command ignores SIGTERM", ignoreTerm: true, want: "killing it", end: func(f *fixture, claim string) {
+			must(f.t, admin.Delete(context.Background(), &buildlockv1.BuildLock{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: claim}}))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			extra := []string{"HELPER_CHILD", "1"}
+			if tc.ignoreTerm {
+				extra = append(extra, "HELPER_IGNORE_TERM", "1")
+			}
+			env, cmd := f.helper("deploy", time.Minute, 0, extra...)
+			p := f.plugin(env, append([]string{"acquire", "--target", "staging", "--repo", "acme/shop", "--branch", "main", "--build", "1", "--grace-period", "1s"}, cmd...)...)
+			f.started("deploy")
+			start := time.Now()
+			tc.end(f, "acme-shop-main-1-staging")
+			if code := p.wait(t, 30*time.Second); code != exitEnded {
+				t.Fatalf("exit code %d, want %d; stderr:\n%s", code, exitEnded, p.stderr)
+			}
+			t.Logf("stopped %s after the end; stderr:\n%s", time.Since(start).Round(time.Millisecond), p.stderr)
+			for _, want := range []string{"no longer holds its lock", tc.want, "Stopping " + os.Args[0]} {
+				if !strings.Contains(p.stderr.String(), want) {
+					t.Errorf("stderr does not say %q", want)
+				}
+			}
+			if run, _ := f.helperRun("deploy"); run.end != 0 {
+				t.Error("the command ran to its end")
+			}
+			child, err := os.ReadFile(filepath.Join(f.dir, "deploy.child"))
+			must(t, err)
+			f.eventually(10*time.Second, "the command's child is gone", func() bool { return !alive(string(child)) })
+		})
+	}
+}
+
+// alive reports whether the process pid runs (and is not a zombie).
+func alive(pid string) bool {
+	stat, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
+	if err != nil {
+		return false
+	}
+	_, after, _ := strings.Cut(string(stat), ") ")
+	return !strings.HasPrefix(after, "Z") && !strings.HasPrefix(after, "X")
+}
+
+func TestASignalWhileTheCommandRunsReachesItAndReleasesTheLock(t *testing.T) {
+	f := newFixture(t)
+	env, cmd := f.helper("deploy", time.Minute, 0)
+	p := f.plugin(env, append([]string{"acquire", "--target", "staging", "--repo", "acme/shop", "--branch", "main", "--build", "1"}, cmd...)...)
+	f.started("deploy")
+	p.signal(t, syscall.SIGTERM)
+	if code := p.wait(t, 30*time.Second); code != 143 {
+		t.Fatalf("exit code %d, want 143; stderr:\n%s", code, p.stderr)
+	}
+	if run, _ := f.helperRun("deploy"); run.end != 0 {
+		t.Error("the command ran to its end: the signal did not reach it")
+	}
+	if bl := f.get("acme-shop-main-1-staging"); bl != nil {
+		t.Errorf("the lock was not released: %+v", bl.Status)
+	}
+}
+
+// The Go client (pkg/lock), as the pipeline user.
 
 func pipelineClient(t *testing.T) client.WithWatch {
 	t.Helper()
-	c, err := client.NewWithWatch(pipelineCfg, client.Options{Scheme: testenv.Scheme()})
+	c, err := lock.NewClient(pipelineCfg)
 	must(t, err)
 	return c
 }
@@ -297,7 +532,7 @@ func TestARetriedAcquireAttachesToItsClaim(t *testing.T) {
 	c := pipelineClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	claim := lock.Claim{Namespace: f.ns, Target: "staging", Repo: "acme/shop", Branch: "main", Build: 42}
+	claim := lock.Claim{Namespace: f.ns, Target: "staging", Repo: "acme/shop", Branch: "main", Build: 42, RunID: "run-1"}
 
 	release, token, err := lock.Acquire(ctx, c, claim)
 	must(t, err)
@@ -364,11 +599,11 @@ func TestAPodlessHoldIsRenewedAndOutlivesItsExpiresAfter(t *testing.T) {
 	must(t, h.Release(ctx))
 }
 
-// TestAcquireWatchesByNameAndRecoversFromBrokenWatches breaks the client's
-// first watches (one ends with 410 Gone, one closes at once) and checks that
-// Acquire reads the claim again, watches again from where it was, and still
-// gets the lock, watching one claim by name from a resourceVersion.
-func TestAcquireWatchesByNameAndRecoversFromBrokenWatches(t *testing.T) {
+// TestAcquireRecoversFromBrokenWatches breaks the client's first watches
+// (one ends with 410 Gone, one closes at once) and checks that Acquire
+// (client-go's UntilWithSync) lists again, watches again, and still gets
+// the lock, watching only its lock's claims.
+func TestAcquireRecoversFromBrokenWatches(t *testing.T) {
 	f := newFixture(t)
 	holder := f.hold("staging")
 	var (
@@ -427,28 +662,18 @@ func TestAcquireWatchesByNameAndRecoversFromBrokenWatches(t *testing.T) {
 		t.Fatalf("%d watches, want at least 3 (two broken ones and a working one)", len(watches))
 	}
 	for i, w := range watches {
-		if w.FieldSelector != "metadata.name="+lock.Name(claim) || w.ResourceVersion == "" {
-			t.Errorf("watch %d: fieldSelector %q, resourceVersion %q", i, w.FieldSelector, w.ResourceVersion)
+		if w.FieldSelector != "spec.target=staging" {
+			t.Errorf("watch %d: fieldSelector %q, want the lock's claims", i, w.FieldSelector)
 		}
 	}
 }
 
-func TestASignalWhileTheCommandRunsReachesItAndReleasesTheLock(t *testing.T) {
-	f := newFixture(t)
-	env, cmd := f.helper("deploy", time.Minute, 0)
-	p := f.plugin(env, append([]string{"acquire", "--target", "staging", "--repo", "acme/shop", "--branch", "main", "--build", "1"}, cmd...)...)
-	f.eventually(30*time.Second, "the command started", func() bool {
-		_, err := os.Stat(filepath.Join(f.dir, "deploy.start"))
-		return err == nil
-	})
-	p.signal(t, syscall.SIGTERM)
-	if code := p.wait(t, 30*time.Second); code != 143 {
-		t.Fatalf("exit code %d, want 143; stderr:\n%s", code, p.stderr)
+// isSubset reports whether every element of sub is in set.
+func isSubset(sub, set []string) bool {
+	for _, s := range sub {
+		if !slices.Contains(set, s) {
+			return false
+		}
 	}
-	if _, err := os.Stat(filepath.Join(f.dir, "deploy.end")); err == nil {
-		t.Error("the command ran to its end: the signal did not reach it")
-	}
-	if bl := f.get("acme-shop-main-1-staging"); bl != nil {
-		t.Errorf("the lock was not released: %+v", bl.Status)
-	}
+	return true
 }

@@ -1,139 +1,266 @@
-// Command kubectl-buildlock is the kubectl plugin of buildlock: pipelines
-// take turns deploying into a target by claiming it (a BuildLock), waiting
-// for the operator to grant it, and releasing it when they are done.
-//
-//	kubectl buildlock acquire --target staging -- ./deploy.sh
-//
-// Installed on PATH as kubectl-buildlock, kubectl runs it as `kubectl
-// buildlock`. Run `kubectl buildlock --help` for the commands, their exit
-// codes and examples.
+// Command kubectl-buildlock is the kubectl plugin of buildlock (`kubectl
+// buildlock` once on PATH): pipelines take turns deploying into a target.
+// It is built like kubectl's own commands, on cobra and k8s.io/cli-runtime
+// (kubectl's connection flags, -o with kubectl's printers, completion), and
+// on pkg/lock for every operation on the API: it parses flags and prints.
 package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"strings"
+	"sync"
+	"syscall"
 
 	"github.com/go-logr/logr"
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/buildlock/buildlock/pkg/lock"
 )
 
+// version is the plugin's release, set by `make dist` (-X main.version).
+var version = "dev"
+
 func main() {
-	// controller-runtime's client logs through logr; the plugin reports
-	// everything itself.
+	// The plugin reports what matters itself; client-go's logs (a watch
+	// that is retried) would only repeat it.
+	klog.LogToStderr(false)
+	klog.SetOutput(io.Discard)
 	logf.SetLogger(logr.Discard())
-	a := &app{
-		stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr,
-		environ: os.Environ(),
-		connect: connect,
+	streams := genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}
+	os.Exit(run(context.Background(), os.Args[1:], streams, os.Environ()))
+}
+
+// run runs the plugin with args and returns its exit code.
+func run(ctx context.Context, args []string, streams genericiooptions.IOStreams, environ []string) int {
+	root := newRootCommand(newFactory(streams, environ))
+	root.SetArgs(args)
+	cmd, err := root.ExecuteContextC(ctx)
+	return exitWith(cmd, err, streams.ErrOut)
+}
+
+const rootLong = `kubectl buildlock makes pipelines take turns deploying into a target: a build
+claims it (a BuildLock in the pipeline's namespace), and the buildlock operator
+grants it to one build at a time, in the order of the target's BuildLockPolicy.
+
+` + exitCodesHelp
+
+// exitCodesHelp is the contract for scripts.
+const exitCodesHelp = `Exit codes:
+  0         done; acquire: the lock is held (with -- CMD: CMD's exit code, after releasing)
+  1         error (API server, permissions, no operator, no holder to force-release, ...)
+  2         usage error (flags; a missing or invalid repo, branch or build; a bad --reason)
+  3         superseded: a newer build will deploy; stop without deploying (not a failure)
+  4         timed out waiting (--timeout); the claim was deleted
+  5         the claim ended before it held, or stopped holding while CMD ran (CMD stopped)
+  6         another run of this build has a claim in the running; this run claimed nothing
+  126, 127  CMD could not be started (not executable, not found); the lock was released
+  130, 143  interrupted by SIGINT or SIGTERM; the claim was deleted`
+
+// newRootCommand is `kubectl buildlock` and its commands, with kubectl's
+// connection flags on every one.
+func newRootCommand(f *factory) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "kubectl-buildlock",
+		Short:         "Make pipelines take turns deploying into a target",
+		Long:          rootLong,
+		Version:       version,
+		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl buildlock"},
+		SilenceErrors: true, SilenceUsage: true,
 	}
-	os.Exit(a.run(context.Background(), os.Args[1:]))
+	root.SetIn(f.streams.In)
+	root.SetOut(f.streams.Out)
+	root.SetErr(f.streams.ErrOut)
+	f.kube.AddFlags(root.PersistentFlags())
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr{err} })
+	root.AddCommand(
+		newAcquireCommand(&acquireOptions{f: f}),
+		newReleaseCommand(&releaseOptions{f: f}),
+		newStatusCommand(&statusOptions{f: f}),
+		newForceReleaseCommand(&forceReleaseOptions{f: f}),
+	)
+	return root
 }
 
-// app is one run of the plugin, with its streams and environment injected so
-// that tests can run it in-process.
-type app struct {
-	stdin          io.Reader
-	stdout, stderr io.Writer
-	// environ is the process environment (KEY=value), from which CI
-	// variables are read and which a command inherits.
+// options is the shape of every command, kubernetes/sample-cli-plugin's:
+// Complete fills the options from flags, arguments and the environment,
+// Validate checks them, Run does the work through pkg/lock and prints.
+type options interface {
+	Complete(cmd *cobra.Command, args []string) error
+	Validate() error
+	Run(ctx context.Context) error
+}
+
+// prepare runs o's Complete and Validate; Validate's errors are usage
+// errors.
+func prepare(o options, cmd *cobra.Command, args []string) error {
+	if err := o.Complete(cmd, args); err != nil {
+		return err
+	}
+	if err := o.Validate(); err != nil {
+		return usageErr{err}
+	}
+	return nil
+}
+
+// newCommand is a command that runs o: prepare, then Run. Its errors are
+// marked as the command's, so that exitWith tells them from cobra's.
+func newCommand(o options, use, short, long, example string) *cobra.Command {
+	return &cobra.Command{Use: use, Short: short, Long: long, Example: example, RunE: func(cmd *cobra.Command, args []string) error {
+		err := prepare(o, cmd, args)
+		if err == nil {
+			err = o.Run(cmd.Context())
+		}
+		if err != nil {
+			return commandErr{err}
+		}
+		return nil
+	}}
+}
+
+// factory is what the commands share: kubectl's connection flags, the
+// streams, and the environment (env, for CI variables; environ, for CMD).
+type factory struct {
+	kube    *genericclioptions.ConfigFlags
+	streams genericiooptions.IOStreams
+	env     map[string]string
 	environ []string
-	// connect returns an API client and the namespace to use.
-	connect func(kubeFlags) (*kubeClient, error)
 }
 
-// env returns environ as a map; the last value of a key wins, as in getenv.
-func (a *app) env() map[string]string {
-	m := make(map[string]string, len(a.environ))
-	for _, kv := range a.environ {
+func newFactory(streams genericiooptions.IOStreams, environ []string) *factory {
+	env := make(map[string]string, len(environ))
+	for _, kv := range environ {
 		if k, v, ok := strings.Cut(kv, "="); ok {
-			m[k] = v
+			env[k] = v // the last value of a key wins, as in getenv
 		}
 	}
-	return m
+	return &factory{kube: genericclioptions.NewConfigFlags(false), streams: streams, env: env, environ: environ}
 }
 
-func (a *app) run(ctx context.Context, args []string) int {
-	args = hoistKubeFlags(args)
-	if len(args) == 0 {
-		fmt.Fprint(a.stderr, usage)
+// namespace is where the commands work, as kubectl finds it: -n, else the
+// kubeconfig context's, else the pod's own (in a cluster), else default.
+func (f *factory) namespace() (string, error) {
+	ns, _, err := f.kube.ToRawKubeConfigLoader().Namespace()
+	if err != nil {
+		return "", fmt.Errorf("finding the namespace: %w", err)
+	}
+	return ns, nil
+}
+
+// client connects as kubectl would with the same flags.
+func (f *factory) client() (client.WithWatch, error) {
+	cfg, err := f.kube.ToRESTConfig()
+	if err != nil {
+		return nil, fmt.Errorf("loading the kubeconfig: %w", err)
+	}
+	cfg.UserAgent = "kubectl-buildlock"
+	return lock.NewClient(cfg)
+}
+
+// warnOnce returns a pkg/lock error handler that prints each distinct
+// warning once; it is safe for concurrent use (renewals report from their
+// own goroutine).
+func warnOnce(out io.Writer) func(error) {
+	var seen sync.Map
+	return func(err error) {
+		if _, dup := seen.LoadOrStore(err.Error(), true); !dup {
+			fmt.Fprintf(out, "warning: %v\n", err)
+		}
+	}
+}
+
+// The plugin's exit codes, as exitCodesHelp documents them.
+const (
+	exitOK, exitError, exitUsage, exitSuperseded, exitTimeout, exitEnded, exitOtherRun = 0, 1, 2, 3, 4, 5, 6
+)
+
+// usageErr marks an error as the user's command line being wrong.
+type usageErr struct{ err error }
+
+func (e usageErr) Error() string { return e.err.Error() }
+func (e usageErr) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error {
+	return usageErr{fmt.Errorf(format, args...)}
+}
+
+// commandErr marks an error as a command's own (from its Complete, Validate
+// or Run), as opposed to cobra refusing the command line.
+type commandErr struct{ err error }
+
+func (e commandErr) Error() string { return e.err.Error() }
+func (e commandErr) Unwrap() error { return e.err }
+
+// codeErr is an exit code whose reason has been told already (acquire's
+// outcomes), or that is a command's own.
+type codeErr int
+
+func (e codeErr) Error() string { return fmt.Sprintf("exit code %d", int(e)) }
+
+// exitCode maps an outcome to the plugin's exit code.
+func exitCode(err error) int {
+	var code codeErr
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &code):
+		return int(code)
+	case errors.Is(err, lock.ErrSuperseded):
+		return exitSuperseded
+	case errors.Is(err, lock.ErrTimeout):
+		return exitTimeout
+	case errors.Is(err, lock.ErrEnded), errors.Is(err, lock.ErrLost):
+		return exitEnded
+	case errors.Is(err, lock.ErrClaimedByAnotherRun):
+		return exitOtherRun
+	case errors.As(err, new(usageErr)), errors.Is(err, lock.ErrInvalidClaim), errors.Is(err, lock.ErrInvalidReason):
 		return exitUsage
 	}
-	cmd, rest := args[0], args[1:]
-	switch cmd {
-	case "-h", "-help", "--help":
-		fmt.Fprint(a.stdout, usage)
+	return exitError
+}
+
+// exitWith reports the error of cmd (the command cobra ran, or failed to
+// find) and returns the exit code. Errors that are not a command's own are
+// cobra's: an unknown command or flag, a usage error.
+func exitWith(cmd *cobra.Command, err error, stderr io.Writer) int {
+	if err == nil {
 		return exitOK
-	case "help":
-		if len(rest) == 0 {
-			fmt.Fprint(a.stdout, usage)
-			return exitOK
-		}
-		if help, ok := commandHelp[rest[0]]; ok {
-			fmt.Fprint(a.stdout, help)
-			return exitOK
-		}
-		return a.usageError("", fmt.Errorf("unknown command %q", rest[0]))
-	case "acquire":
-		return a.acquire(ctx, rest)
-	case "release":
-		return a.release(ctx, rest)
-	case "status":
-		return a.status(ctx, rest)
-	case "force-release":
-		return a.forceRelease(ctx, rest)
 	}
-	return a.usageError("", fmt.Errorf("unknown command %q", cmd))
+	if !errors.As(err, new(commandErr)) {
+		err = usageErr{err}
+	}
+	code := exitCode(err)
+	if !errors.As(err, new(codeErr)) {
+		fmt.Fprintf(stderr, "error: %v\n", explain(err))
+	}
+	if code == exitUsage {
+		fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
+	}
+	return code
 }
 
-// usageError reports a usage error of command ("" for the plugin itself) and
-// returns the usage exit code.
-func (a *app) usageError(command string, err error) int {
-	fmt.Fprintf(a.stderr, "error: %v\n", err)
-	if command == "" {
-		fmt.Fprintln(a.stderr, "Run 'kubectl buildlock --help' for usage.")
-	} else {
-		fmt.Fprintf(a.stderr, "Run 'kubectl buildlock %s --help' for usage.\n", command)
+// signalExitCode is the shell's code for a process ended by sig: 128 plus
+// the signal's number (130 for SIGINT, 143 for SIGTERM).
+func signalExitCode(sig os.Signal) int {
+	if s, ok := sig.(syscall.Signal); ok {
+		return 128 + int(s)
 	}
-	return exitUsage
+	return exitError
 }
 
-// fail reports err and returns its exit code.
-func (a *app) fail(err error) int {
-	fmt.Fprintf(a.stderr, "error: %v\n", explain(err))
-	return exitCode(err)
-}
-
-// hoistKubeFlags moves the flags every command takes (--kubeconfig,
-// --context, -n/--namespace) from before the command to just after it, so
-// that `kubectl buildlock -n ci status` works as `status -n ci` does. Other
-// arguments are left as they are.
-func hoistKubeFlags(args []string) []string {
-	var kube []string
-	i := 0
-	for i < len(args) {
-		name, _, hasValue := strings.Cut(strings.TrimLeft(args[i], "-"), "=")
-		if !strings.HasPrefix(args[i], "-") || args[i] == "--" {
-			break
-		}
-		switch name {
-		case "n", "namespace", "kubeconfig", "context":
-		default:
-			return args
-		}
-		if hasValue || i+1 == len(args) {
-			kube = append(kube, args[i])
-			i++
-			continue
-		}
-		kube = append(kube, args[i], args[i+1])
-		i += 2
+// explain adds a hint to errors whose cause is usually the setup.
+func explain(err error) error {
+	if meta.IsNoMatchError(err) {
+		return fmt.Errorf("%w (is the BuildLock CRD installed in this cluster?)", err)
 	}
-	if i == 0 || i == len(args) {
-		return args
-	}
-	return slices.Concat(args[i:i+1], kube, args[i+1:])
+	return err
 }

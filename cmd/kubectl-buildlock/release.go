@@ -1,114 +1,192 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
+	"github.com/spf13/cobra"
 
 	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
+	"github.com/buildlock/buildlock/pkg/lock"
 )
 
-func (a *app) release(ctx context.Context, args []string) int {
-	o, err := parseRelease(args, a.env())
-	if errors.Is(err, errHelp) {
-		fmt.Fprint(a.stdout, commandHelp["release"])
-		return exitOK
-	}
-	if err != nil {
-		return a.usageError("release", err)
-	}
-	kc, err := a.connect(o.kube)
-	if err != nil {
-		return a.fail(err)
-	}
+const releaseLong = `Release claims (delete their BuildLocks) by name, or this run's claims of this build
+on a target (--mine: the build and run as acquire finds them; every run's claims of
+the build with --run-id=). A claim already gone counts as released. To end another
+build's hold, use force-release.
 
-	if o.name != "" {
-		bl := &buildlockv1.BuildLock{}
-		err := kc.Get(ctx, types.NamespacedName{Namespace: kc.Namespace, Name: o.name}, bl)
-		if apierrors.IsNotFound(err) {
-			fmt.Fprintf(a.stderr, "BuildLock %s/%s does not exist; nothing to release.\n", kc.Namespace, o.name)
-			return exitOK
-		}
-		if err != nil {
-			return a.fail(fmt.Errorf("reading BuildLock %s/%s: %w", kc.Namespace, o.name, err))
-		}
-		return a.deleteClaims(ctx, kc, []buildlockv1.BuildLock{*bl})
-	}
+Exit codes: 0 released (or already gone), 1 error, 2 usage error.`
 
-	claims, err := listTarget(ctx, kc, kc.Namespace, o.target)
-	if err != nil {
-		return a.fail(err)
-	}
-	var mine []buildlockv1.BuildLock
-	for _, bl := range claims {
-		if bl.Spec.Repo == o.repo && bl.Spec.Branch == o.branch && bl.Spec.Build == o.build {
-			mine = append(mine, bl)
-		}
-	}
-	if len(mine) == 0 {
-		fmt.Fprintf(a.stderr, "No claim of build %d of %s@%s on %s in %s; nothing to release.\n",
-			o.build, o.repo, o.branch, o.target, kc.Namespace)
-		return exitOK
-	}
-	return a.deleteClaims(ctx, kc, mine)
+const releaseExample = `  kubectl buildlock release acme-shop-main-42-staging -n ci
+
+  # In the final step of a pipeline (runs also when earlier steps failed)
+  kubectl buildlock release --target staging --mine`
+
+// releaseOptions is `kubectl buildlock release`.
+type releaseOptions struct {
+	f                 *factory
+	names             []string
+	target, namespace string
+	mine              bool
+	build             buildFlags
 }
 
-// deleteClaims deletes each claim if it is still the object that was read
-// (its UID), and says what each was.
-func (a *app) deleteClaims(ctx context.Context, kc *kubeClient, claims []buildlockv1.BuildLock) int {
-	code := exitOK
-	for i := range claims {
-		bl := &claims[i]
-		err := kc.Delete(ctx, bl, client.Preconditions{UID: &bl.UID})
-		switch {
-		case err == nil:
-			fmt.Fprintf(a.stderr, "Released BuildLock %s/%s (%s).\n", bl.Namespace, bl.Name, describeClaim(bl))
-		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
-			fmt.Fprintf(a.stderr, "BuildLock %s/%s is already gone.\n", bl.Namespace, bl.Name)
-		default:
-			fmt.Fprintf(a.stderr, "error: deleting BuildLock %s/%s: %v\n", bl.Namespace, bl.Name, err)
-			code = exitError
-		}
-	}
-	return code
+func newReleaseCommand(o *releaseOptions) *cobra.Command {
+	cmd := newCommand(o, "release (NAME... | --target T --mine)",
+		"Release claims (delete their BuildLocks)", releaseLong, releaseExample)
+	cmd.ValidArgsFunction = o.f.completeClaims
+	addTargetFlag(cmd, o.f, &o.target, "With --mine: the target whose claims to release.")
+	cmd.Flags().BoolVar(&o.mine, "mine", false, "Release this run's claims of this build on --target (the build and run as acquire finds them: flags, else CI variables).")
+	o.build.addFlags(cmd.Flags())
+	return cmd
 }
 
-// describeClaim says whose claim bl is and how it stands, for messages.
+func (o *releaseOptions) Complete(cmd *cobra.Command, args []string) error {
+	o.names = args
+	o.build.complete(cmd.Flags(), lock.DetectCI(o.f.env))
+	var err error
+	o.namespace, err = o.f.namespace()
+	return err
+}
+
+func (o *releaseOptions) Validate() error {
+	switch {
+	case len(o.names) > 0 && (o.target != "" || o.mine):
+		return errors.New("give either BuildLock names, or --target with --mine, not both")
+	case len(o.names) == 0 && (o.target == "" || !o.mine):
+		return errors.New("give a BuildLock name, or --target T --mine for this run's claims (to end another build's hold, use force-release)")
+	case len(o.names) == 0 && len(o.build.missing()) > 0:
+		return errors.New("--mine needs the build's repo, branch and build: pass --repo, --branch and --build, or run in CI")
+	}
+	return nil
+}
+
+func (o *releaseOptions) Run(ctx context.Context) error {
+	c, err := o.f.client()
+	if err != nil {
+		return err
+	}
+	var released []lock.Released
+	var others []buildlockv1.BuildLock
+	if len(o.names) > 0 {
+		var errs []error
+		for _, name := range o.names {
+			r, err := lock.ReleaseName(ctx, c, o.namespace, name)
+			switch {
+			case err != nil:
+				errs = append(errs, err)
+			case r == nil:
+				fmt.Fprintf(o.f.streams.ErrOut, "BuildLock %s/%s does not exist; nothing to release.\n", o.namespace, name)
+			default:
+				released = append(released, *r)
+			}
+		}
+		err = errors.Join(errs...)
+	} else {
+		if o.mine && o.build.runID == "" {
+			fmt.Fprintln(o.f.streams.ErrOut, "No run id (--run-id, or CI variables): releasing every claim of this build.")
+		}
+		b := o.build
+		released, others, err = lock.ReleaseBuild(ctx, c, lock.BuildRef{
+			Namespace: o.namespace, Target: o.target, Repo: b.repo, Branch: b.branch, Build: b.build, RunID: b.runID})
+		if len(released)+len(others) == 0 && err == nil {
+			fmt.Fprintf(o.f.streams.ErrOut, "No claim of build %d of %s@%s on %s in %s; nothing to release.\n", b.build, b.repo, b.branch, o.target, o.namespace)
+		}
+	}
+	for _, r := range released {
+		if r.Gone {
+			fmt.Fprintf(o.f.streams.ErrOut, "BuildLock %s/%s is already gone.\n", r.BuildLock.Namespace, r.BuildLock.Name)
+		} else {
+			fmt.Fprintf(o.f.streams.ErrOut, "Released BuildLock %s/%s (%s).\n", r.BuildLock.Namespace, r.BuildLock.Name, describeClaim(r.BuildLock))
+		}
+	}
+	for i := range others {
+		fmt.Fprintf(o.f.streams.ErrOut, "Left BuildLock %s/%s (%s): it is another run's (run %q, this is run %q).\n",
+			others[i].Namespace, others[i].Name, describeClaim(&others[i]), lock.RunIDOf(&others[i]), o.build.runID)
+	}
+	return err
+}
+
+// describeClaim is lock.Describe and how the claim stands.
 func describeClaim(bl *buildlockv1.BuildLock) string {
-	s := fmt.Sprintf("build %d of %s@%s on %s", bl.Spec.Build, bl.Spec.Repo, bl.Spec.Branch, bl.Spec.Target)
-	phase := bl.Status.Phase
-	if phase == "" {
-		phase = buildlockv1.PhasePending
+	if bl.Status.Phase == buildlockv1.PhaseHeld {
+		return fmt.Sprintf("%s, Held with token %d", lock.Describe(bl), bl.Status.FencingToken)
 	}
-	s += ", " + string(phase)
-	if phase == buildlockv1.PhaseHeld {
-		s += fmt.Sprintf(" with token %d", bl.Status.FencingToken)
-	}
-	return s
+	return fmt.Sprintf("%s, %s", lock.Describe(bl), cmp.Or(bl.Status.Phase, buildlockv1.PhasePending))
 }
 
-// listTarget lists the claims on target in namespace ("" for all
-// namespaces), all targets when target is "". spec.target is a selectable
-// field of the CRD, so the API server filters.
-func listTarget(ctx context.Context, c client.Reader, namespace, target string) ([]buildlockv1.BuildLock, error) {
-	var list buildlockv1.BuildLockList
-	opts := []client.ListOption{client.InNamespace(namespace)}
-	if target != "" {
-		opts = append(opts, client.MatchingFields{"spec.target": target})
+var forceReleaseLong = fmt.Sprintf(`Ask the operator to end the current hold of a target, recording who and why.
+
+The holding BuildLock is annotated %s="<who>: <reason>" (who is your user
+name, as the API server sees it) and a Warning event %s is recorded on it. The
+operator then releases the hold (phase Released, reason ForceReleased) and grants
+the lock to the next waiting build. A plugin running a command under that hold
+stops the command and exits 5.
+
+The reason is at most %d characters, without control characters.
+
+Needs list and patch on buildlocks and create on events in the namespace.
+
+Exit codes: 0 requested, 1 error or no holder, 2 usage error.`,
+	buildlockv1.ForceReleaseAnnotation, lock.EventReasonForceRelease, buildlockv1.MaxForceReleaseReasonLength)
+
+const forceReleaseExample = `  kubectl buildlock force-release -n ci --target staging --reason "deploy hangs since 09:12, INC-123"`
+
+// forceReleaseOptions is `kubectl buildlock force-release`.
+type forceReleaseOptions struct {
+	f                         *factory
+	target, reason, namespace string
+}
+
+func newForceReleaseCommand(o *forceReleaseOptions) *cobra.Command {
+	cmd := newCommand(o, "force-release --target T --reason TEXT", "Ask the operator to end the current hold of a target",
+		forceReleaseLong, forceReleaseExample)
+	cmd.Args = cobra.NoArgs
+	addTargetFlag(cmd, o.f, &o.target, "The target whose hold to end (required).")
+	cmd.Flags().StringVar(&o.reason, "reason", "", fmt.Sprintf("Why, for the record (required; at most %d characters).", buildlockv1.MaxForceReleaseReasonLength))
+	return cmd
+}
+
+func (o *forceReleaseOptions) Complete(*cobra.Command, []string) error {
+	o.reason = strings.TrimSpace(o.reason)
+	var err error
+	o.namespace, err = o.f.namespace()
+	return err
+}
+
+func (o *forceReleaseOptions) Validate() error {
+	if o.target == "" {
+		return errors.New("--target is required")
 	}
-	if err := c.List(ctx, &list, opts...); err != nil {
-		where := "in namespace " + namespace
-		if namespace == "" {
-			where = "in all namespaces"
-		}
-		if target != "" {
-			return nil, fmt.Errorf("listing BuildLocks for target %q %s: %w", target, where, err)
-		}
-		return nil, fmt.Errorf("listing BuildLocks %s: %w", where, err)
+	if err := lock.ValidateReason(o.reason); err != nil {
+		return fmt.Errorf("--reason: %w", err)
 	}
-	return list.Items, nil
+	return nil
+}
+
+func (o *forceReleaseOptions) Run(ctx context.Context) error {
+	c, err := o.f.client()
+	if err != nil {
+		return err
+	}
+	r, err := lock.ForceRelease(ctx, c, o.namespace, o.target, o.reason)
+	if errors.Is(err, lock.ErrNoHolder) {
+		return fmt.Errorf("%w; nothing to force-release (see kubectl buildlock status)", err)
+	}
+	if err != nil {
+		return err
+	}
+	stderr, h := o.f.streams.ErrOut, r.Holder
+	fmt.Fprintf(stderr, "Annotated BuildLock %s/%s (%s) with %s=%q.\n",
+		h.Namespace, h.Name, describeClaim(h), buildlockv1.ForceReleaseAnnotation, r.Value)
+	if r.EventErr != nil {
+		fmt.Fprintf(stderr, "warning: %v\n", r.EventErr)
+	} else {
+		fmt.Fprintf(stderr, "Recorded Warning event %s on it: %s\n", r.Event.Reason, r.Event.Message)
+	}
+	fmt.Fprintf(stderr, "The operator ends the hold at its next decision (Released, reason ForceReleased) and grants %s to the next waiting build, if any.\n", o.target)
+	return nil
 }

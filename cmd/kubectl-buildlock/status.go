@@ -3,189 +3,212 @@ package main
 import (
 	"cmp"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
-	"text/tabwriter"
+	"strconv"
 	"time"
 
+	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/duration"
-	"sigs.k8s.io/yaml"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/printers"
 
 	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
+	"github.com/buildlock/buildlock/pkg/lock"
 )
 
-// lockStatus is one lock (a namespace and a target) as `status` shows it.
-type lockStatus struct {
-	Namespace string `json:"namespace"`
-	Target    string `json:"target"`
-	// Holder and Waiting are the claims in phase Held and Waiting, if any.
-	Holder  *claimStatus `json:"holder,omitempty"`
-	Waiting *claimStatus `json:"waiting,omitempty"`
-	// Claims are all the lock's claims, the finished ones included, newest
-	// first.
-	Claims []claimStatus `json:"claims"`
+const statusLong = `Show each lock (a target in a namespace): its ordering (from the BuildLockPolicy
+named after the target, NewestWins without one), its holder with the fencing
+token, and its queue in order (1 is next). -o json, yaml, jsonpath and go-template
+print the summaries as a LockStatusList (items: namespace, target, ordering,
+holder, queue, claims); -o name prints the BuildLocks that hold and wait.
+
+Exit codes: 0 shown, 1 error, 2 usage error.`
+
+const statusExample = `  kubectl buildlock status
+  kubectl buildlock status -A -o wide
+  kubectl buildlock status --target staging -o yaml
+
+  # The fencing token of the holder of staging
+  kubectl buildlock status --target staging -o jsonpath='{.items[0].holder.fencingToken}'`
+
+// statusOptions is `kubectl buildlock status`.
+type statusOptions struct {
+	f             *factory
+	target        string
+	allNamespaces bool
+	namespace     string
+	print         *genericclioptions.PrintFlags
+	printer       printers.ResourcePrinter
 }
 
-// claimStatus is one claim as `status` shows it.
-type claimStatus struct {
-	Name         string                 `json:"name"`
-	Repo         string                 `json:"repo"`
-	Branch       string                 `json:"branch"`
-	Build        int64                  `json:"build"`
-	Pod          string                 `json:"pod,omitempty"`
-	Phase        buildlockv1.Phase      `json:"phase"`
-	Reason       string                 `json:"reason,omitempty"`
-	Message      string                 `json:"message,omitempty"`
-	FencingToken int64                  `json:"fencingToken,omitempty"`
-	Created      metav1.Time            `json:"created"`
-	AcquiredAt   *metav1.MicroTime      `json:"acquiredAt,omitempty"`
-	ExpiresAt    *metav1.MicroTime      `json:"expiresAt,omitempty"`
-	SupersededBy string                 `json:"supersededBy,omitempty"`
-	Timestamp    *buildlockv1.Timestamp `json:"timestamp,omitempty"`
-	ExpiresAfter *metav1.Duration       `json:"expiresAfter,omitempty"`
-	RenewTime    *buildlockv1.Timestamp `json:"renewTime,omitempty"`
+func newStatusCommand(o *statusOptions) *cobra.Command {
+	cmd := newCommand(o, "status [--target T] [-A] [-o FORMAT]",
+		"Show who holds each target, with which fencing token, and who waits in which order", statusLong, statusExample)
+	cmd.Args = cobra.NoArgs
+	addTargetFlag(cmd, o.f, &o.target, "Show only this target.")
+	cmd.Flags().BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "Show the locks of every namespace.")
+	o.print = genericclioptions.NewPrintFlags("")
+	addOutputFlags(cmd, o.print, "wide")
+	return cmd
 }
 
-func (a *app) status(ctx context.Context, args []string) int {
-	o, err := parseStatus(args)
-	if errors.Is(err, errHelp) {
-		fmt.Fprint(a.stdout, commandHelp["status"])
-		return exitOK
+func (o *statusOptions) Complete(*cobra.Command, []string) error {
+	var err error
+	if o.printer, err = printerFor(o.print, "wide"); err != nil {
+		return err
 	}
+	if !o.allNamespaces {
+		o.namespace, err = o.f.namespace()
+	}
+	return err
+}
+
+func (o *statusOptions) Validate() error { return nil }
+
+func (o *statusOptions) Run(ctx context.Context) error {
+	c, err := o.f.client()
 	if err != nil {
-		return a.usageError("status", err)
+		return err
 	}
-	kc, err := a.connect(o.kube)
+	locks, err := lock.Status(ctx, c, o.namespace, o.target, lock.WithErrorHandler(warnOnce(o.f.streams.ErrOut)))
 	if err != nil {
-		return a.fail(err)
+		return err
 	}
-	namespace := kc.Namespace
-	if o.allNamespaces {
-		namespace = ""
-	}
-	claims, err := listTarget(ctx, kc, namespace, o.target)
-	if err != nil {
-		return a.fail(err)
-	}
-	locks := summarize(claims)
-	switch o.output {
-	case "json":
-		data, err := json.MarshalIndent(map[string]any{"locks": locks}, "", "  ")
-		if err != nil {
-			return a.fail(fmt.Errorf("encoding JSON: %w", err))
-		}
-		fmt.Fprintln(a.stdout, string(data))
-	case "yaml":
-		data, err := yaml.Marshal(map[string]any{"locks": locks})
-		if err != nil {
-			return a.fail(fmt.Errorf("encoding YAML: %w", err))
-		}
-		fmt.Fprint(a.stdout, string(data))
-	default:
-		if len(locks) == 0 {
-			where := "in namespace " + kc.Namespace
-			if o.allNamespaces {
-				where = "in any namespace"
+	out := o.f.streams.Out
+	switch {
+	case *o.print.OutputFormat == "name":
+		for _, bl := range holdersAndQueues(locks) {
+			if err := o.printer.PrintObj(bl, out); err != nil {
+				return err
 			}
-			fmt.Fprintf(a.stderr, "No BuildLocks found %s.\n", where)
-			return exitOK
 		}
-		printTable(a.stdout, locks, o.allNamespaces, time.Now())
+		return nil
+	case o.printer != nil:
+		return o.printer.PrintObj(&lockStatusList{TypeMeta: lockStatusListType, Items: locks}, out)
+	case len(locks) == 0:
+		where := "in namespace " + o.namespace
+		if o.allNamespaces {
+			where = "in any namespace"
+		}
+		fmt.Fprintf(o.f.streams.ErrOut, "No BuildLocks found %s.\n", where)
+		return nil
 	}
-	return exitOK
+	return printTable(out, locks, o.allNamespaces, *o.print.OutputFormat == "wide", time.Now())
 }
 
-// summarize groups claims by lock, sorted by namespace and target, with each
-// lock's claims newest first.
-func summarize(claims []buildlockv1.BuildLock) []lockStatus {
-	byLock := map[[2]string]*lockStatus{}
-	for i := range claims {
-		bl := &claims[i]
-		key := [2]string{bl.Namespace, bl.Spec.Target}
-		ls := byLock[key]
-		if ls == nil {
-			ls = &lockStatus{Namespace: bl.Namespace, Target: bl.Spec.Target}
-			byLock[key] = ls
-		}
-		ls.Claims = append(ls.Claims, claimOf(bl))
-	}
-	locks := make([]lockStatus, 0, len(byLock))
-	for _, ls := range byLock {
-		slices.SortFunc(ls.Claims, func(a, b claimStatus) int {
-			if c := b.Created.Compare(a.Created.Time); c != 0 {
-				return c
-			}
-			return cmp.Compare(a.Name, b.Name)
-		})
-		for i := range ls.Claims {
-			c := &ls.Claims[i]
-			switch {
-			// Two claims shown Held can only be a moment of a hand-off:
-			// the higher token is the newer grant.
-			case c.Phase == buildlockv1.PhaseHeld && (ls.Holder == nil || c.FencingToken > ls.Holder.FencingToken):
-				ls.Holder = c
-			case c.Phase == buildlockv1.PhaseWaiting && ls.Waiting == nil:
-				ls.Waiting = c
-			}
-		}
-		locks = append(locks, *ls)
-	}
-	slices.SortFunc(locks, func(a, b lockStatus) int {
-		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Target, b.Target))
-	})
-	return locks
+// lockStatusList is what status prints with -o json, yaml, jsonpath and
+// go-template: pkg/lock's summaries in a list object, as kubectl's printers
+// want one. It is the plugin's output, not a resource the API serves.
+type lockStatusList struct {
+	metav1.TypeMeta `json:",inline"`
+	Items           []lock.Summary `json:"items"`
 }
 
-func claimOf(bl *buildlockv1.BuildLock) claimStatus {
-	c := claimStatus{
-		Name: bl.Name, Repo: bl.Spec.Repo, Branch: bl.Spec.Branch, Build: bl.Spec.Build,
-		Phase: bl.Status.Phase, Reason: bl.Status.Reason, Message: bl.Status.Message,
-		FencingToken: bl.Status.FencingToken, Created: bl.CreationTimestamp,
-		AcquiredAt: bl.Status.AcquiredAt, ExpiresAt: bl.Status.ExpiresAt, SupersededBy: bl.Status.SupersededBy,
-		Timestamp: bl.Spec.Timestamp, ExpiresAfter: bl.Spec.ExpiresAfter, RenewTime: bl.Spec.RenewTime,
-	}
-	if c.Phase == "" {
-		c.Phase = buildlockv1.PhasePending
-	}
-	if bl.Spec.PodRef != nil {
-		c.Pod = bl.Spec.PodRef.Name
-	}
-	return c
+var lockStatusListType = metav1.TypeMeta{APIVersion: buildlockv1.GroupVersion.String(), Kind: "LockStatusList"}
+
+// DeepCopyObject makes lockStatusList a runtime.Object.
+func (l *lockStatusList) DeepCopyObject() runtime.Object {
+	c := *l
+	c.Items = slices.Clone(l.Items)
+	return &c
 }
 
-// printTable writes TARGET, HOLDER (build and how long it holds), WAITING
-// and TOKEN, with NAMESPACE first for all namespaces.
-func printTable(w io.Writer, locks []lockStatus, withNamespace bool, now time.Time) {
-	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
-	if withNamespace {
-		fmt.Fprint(tw, "NAMESPACE\t")
+// holdersAndQueues are the BuildLocks that hold and wait, lock by lock, each
+// holder before its queue in order, for -o name.
+func holdersAndQueues(locks []lock.Summary) []*buildlockv1.BuildLock {
+	var out []*buildlockv1.BuildLock
+	for _, l := range locks {
+		for _, c := range slices.Concat(asSlice(l.Holder), l.Queue) {
+			bl := &buildlockv1.BuildLock{ObjectMeta: metav1.ObjectMeta{Namespace: l.Namespace, Name: c.Name}}
+			bl.SetGroupVersionKind(buildlockv1.GroupVersion.WithKind("BuildLock"))
+			out = append(out, bl)
+		}
 	}
-	fmt.Fprintln(tw, "TARGET\tHOLDER\tWAITING\tTOKEN")
-	for _, ls := range locks {
-		holder, waiting, token := "<none>", "<none>", "-"
-		if h := ls.Holder; h != nil {
-			holder = buildOf(h)
-			if h.AcquiredAt != nil {
-				holder += " (" + duration.HumanDuration(now.Sub(h.AcquiredAt.Time)) + ")"
+	return out
+}
+
+// asSlice is the claim pointed to, if any, as a slice.
+func asSlice(c *lock.ClaimSummary) []lock.ClaimSummary {
+	if c == nil {
+		return nil
+	}
+	return []lock.ClaimSummary{*c}
+}
+
+// printTable prints, with kubectl's table printer, a row for each lock's
+// holder and one for each claim in its queue: TARGET, ORDERING, PLACE
+// (holder, 1 (next), 2, ...), BUILD, PHASE, TOKEN and AGE (how long it has
+// held or waited), NAMESPACE first for all namespaces; wide adds NAME, POD
+// and MESSAGE.
+func printTable(w io.Writer, locks []lock.Summary, withNamespace, wide bool, now time.Time) error {
+	table := &metav1.Table{}
+	for _, name := range []string{"Namespace", "Target", "Ordering", "Place", "Build", "Phase", "Token", "Age", "Name", "Pod", "Message"} {
+		table.ColumnDefinitions = append(table.ColumnDefinitions, metav1.TableColumnDefinition{Name: name})
+	}
+	for i := range table.ColumnDefinitions[8:] {
+		table.ColumnDefinitions[8+i].Priority = 1 // wide only
+	}
+	if !withNamespace {
+		table.ColumnDefinitions = table.ColumnDefinitions[1:]
+	}
+	for _, l := range locks {
+		row := func(place string, c *lock.ClaimSummary) {
+			cells := []any{l.Namespace, l.Target, cmp.Or(string(l.Ordering), "<unknown>"), place, "<none>", "", "", "", "", "", ""}
+			if c != nil {
+				since := c.QueuedAt
+				if c.Phase == buildlockv1.PhaseHeld {
+					since = c.AcquiredAt
+				}
+				cells[4], cells[5], cells[7], cells[8], cells[9], cells[10] = buildOf(c), string(c.Phase), age(since, c.Created, now), c.Name, c.Pod, c.Message
+				if c.FencingToken != 0 {
+					cells[6] = strconv.FormatInt(c.FencingToken, 10)
+				}
 			}
-			token = fmt.Sprint(h.FencingToken)
+			if !withNamespace {
+				cells = cells[1:]
+			}
+			table.Rows = append(table.Rows, metav1.TableRow{Cells: cells})
 		}
-		if ls.Waiting != nil {
-			waiting = buildOf(ls.Waiting)
+		switch {
+		case l.Holder != nil:
+			row("holder", l.Holder)
+		case len(l.Queue) == 0:
+			row("-", nil)
 		}
-		if withNamespace {
-			fmt.Fprintf(tw, "%s\t", ls.Namespace)
+		for i := range l.Queue {
+			place := strconv.Itoa(i + 1)
+			if i == 0 {
+				place += " (next)"
+			}
+			row(place, &l.Queue[i])
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", ls.Target, holder, waiting, token)
 	}
-	_ = tw.Flush()
+	return printers.NewTablePrinter(printers.PrintOptions{Wide: wide}).PrintObj(table, w)
+}
+
+// age is how long ago since was (else created), as kubectl prints ages.
+func age(since *metav1.MicroTime, created metav1.Time, now time.Time) string {
+	t := created.Time
+	if since != nil {
+		t = since.Time
+	}
+	return duration.HumanDuration(now.Sub(t))
 }
 
 // buildOf names a claim's build: acme/shop@main #42.
-func buildOf(c *claimStatus) string {
+func buildOf(c *lock.ClaimSummary) string {
 	return fmt.Sprintf("%s@%s #%d", c.Repo, c.Branch, c.Build)
+}
+
+// describeLock says who holds a lock and how many wait, for completions.
+func describeLock(l lock.Summary) string {
+	holder := "free"
+	if l.Holder != nil {
+		holder = "held by " + buildOf(l.Holder)
+	}
+	return fmt.Sprintf("%s, %d waiting (%s)", holder, len(l.Queue), l.Ordering)
 }

@@ -428,7 +428,7 @@ func (d *demo) enforce(ctx context.Context) error {
 		return true, nil
 	}
 	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, d.timeout, true, refused); err != nil {
-		return fmt.Errorf("step %d: the deploy of a pipeline that does not hold the lock was not refused by buildlock (%v): %w", d.step, last, err)
+		return fmt.Errorf("step %d: the deploy of a pipeline that does not hold the lock was not refused by buildlock (last answer: %w): %w", d.step, last, err)
 	}
 	if err := d.deployAs(ctx, "shop-main-42", "shop-42-release"); err != nil {
 		return fmt.Errorf("step %d: the holder's deploy was refused: %w", d.step, err)

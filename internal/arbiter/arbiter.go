@@ -81,7 +81,7 @@ type decider struct {
 	now    time.Time
 	policy Policy
 
-	claims   []*Claim // the input claims, sorted by identity (read, never written)
+	claims   []*Claim  // the input claims, sorted by identity (read, never written)
 	verdicts []Verdict // verdicts[i] is for claims[i]; Phase "" until decided.
 	// supersededBy[i] is the claim that made claims[i] obsolete, or none
 	// (also when a remembered build did, see byMemory).

@@ -104,11 +104,11 @@ func enforcementCurrent(lease *coordinationv1.Lease, e *enforcement) bool {
 		return e == nil
 	}
 	accounts, annotated := lease.Annotations[serviceAccountsAnnotation]
-	_, labelled := lease.Labels[enforcedLabel]
+	_, labeled := lease.Labels[enforcedLabel]
 	if e == nil {
-		return !annotated && !labelled
+		return !annotated && !labeled
 	}
-	return labelled && accounts == e.serviceAccounts
+	return labeled && accounts == e.serviceAccounts
 }
 
 // bindingName is the name of the lock's ValidatingAdmissionPolicyBinding:
@@ -197,8 +197,8 @@ func (r *LockReconciler) enforcedCondition(ctx context.Context, lock arbiter.Loc
 	case err != nil:
 		return c, fmt.Errorf("reading namespace %s: %w", lock.Target, err)
 	}
-	switch owner, labelled := ns.Labels[buildlockv1.LockedByLabel]; {
-	case !labelled:
+	switch owner, labeled := ns.Labels[buildlockv1.LockedByLabel]; {
+	case !labeled:
 		c.Status, c.Reason = metav1.ConditionFalse, buildlockv1.ReasonConsentMissing
 		c.Message = fmt.Sprintf("The policy asks for enforcement, but namespace %s does not consent: label it %s=%s. Nothing is enforced.",
 			lock.Target, buildlockv1.LockedByLabel, lock.Namespace)

@@ -97,14 +97,7 @@ func writeGrant(ctx context.Context, c client.Client, lock arbiter.Lock, read *c
 		return nil, err
 	}
 	setEnforcement(lease, e)
-
-	var err error
-	if read == nil {
-		err = c.Create(ctx, lease)
-	} else {
-		err = c.Update(ctx, lease)
-	}
-	if err != nil {
+	if err := compareAndSwap(ctx, c, lease, read != nil); err != nil {
 		return nil, fmt.Errorf("writing grant Lease %s/%s: %w", lease.Namespace, lease.Name, err)
 	}
 	return lease, nil
@@ -234,16 +227,20 @@ func raiseTokenFloor(ctx context.Context, c client.Client, namespace string, rea
 		lease.Labels = map[string]string{managedByLabel: managedByValue}
 	}
 	lease.Spec.LeaseTransitions = ptr.To(int32(max(floor, token)))
-	var err error
-	if read == nil {
-		err = c.Create(ctx, lease)
-	} else {
-		err = c.Update(ctx, lease)
-	}
-	if err != nil {
+	if err := compareAndSwap(ctx, c, lease, read != nil); err != nil {
 		return fmt.Errorf("raising the token floor of namespace %q to %d: %w", namespace, token, err)
 	}
 	return nil
+}
+
+// compareAndSwap writes a Lease that was read (an update carrying the
+// resourceVersion read, which fails with a Conflict if another writer came
+// first) or that was not there (a create, which fails with AlreadyExists).
+func compareAndSwap(ctx context.Context, c client.Client, lease *coordinationv1.Lease, read bool) error {
+	if read {
+		return c.Update(ctx, lease)
+	}
+	return c.Create(ctx, lease)
 }
 
 // deleteIdleLease deletes the grant Lease of a lock that has no claims and

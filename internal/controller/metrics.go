@@ -13,7 +13,7 @@ import (
 	"github.com/buildlock/buildlock/internal/arbiter"
 )
 
-// MaxLockSeries bounds the per-lock series (labelled namespace and target):
+// MaxLockSeries bounds the per-lock series (labeled namespace and target):
 // a manager exports them for at most this many locks, those held longest
 // first, so that a namespace with thousands of throw-away targets cannot
 // flood Prometheus. Locks with neither holder nor waiting claim have none.
@@ -88,6 +88,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // lock, aged at collection time.
 type lockCollector struct{ m *Metrics }
 
+// Describe sends the descriptions of the per-lock gauges.
 func (c lockCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- locksHeldDesc
 	ch <- holdAgeDesc
@@ -95,6 +96,7 @@ func (c lockCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- waitingCountDesc
 }
 
+// Collect sends the per-lock gauges, aged to now.
 func (c lockCollector) Collect(ch chan<- prometheus.Metric) {
 	m := c.m
 	m.mu.Lock()

@@ -151,29 +151,11 @@ func (r *LockReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		}
 	}
 
-	lease := obs.lease // the Lease as it is after this reconcile's writes
-	if decision.GrantChanged {
-		lease, err = writeGrant(ctx, r.Client, lock, obs.lease, decision.Grant, policy.enforce, now)
-		if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
-			// The cache was behind the Lease: decide again on live reads,
-			// at once rather than after a requeue, for a hand-off waits.
-			if obs, decision, err = r.decideLive(ctx, lock, obs, now, policy.arbiter); err != nil {
-				return r.retryOnRace(ctx, err)
-			}
-			lease = obs.lease
-			if decision.GrantChanged {
-				lease, err = writeGrant(ctx, r.Client, lock, obs.lease, decision.Grant, policy.enforce, now)
-			}
-		}
-		if err != nil {
-			r.Metrics.observeGrantWriteError(err)
-			return r.retryOnRace(ctx, err)
-		}
-		if decision.GrantChanged {
-			log.V(1).Info("Recorded grant", "holder", decision.Grant.Holder, "fencingToken", decision.Grant.Token)
-		}
+	obs, decision, lease, err := r.applyGrant(ctx, lock, obs, decision, policy, now)
+	if err != nil {
+		r.Metrics.observeGrantWriteError(err)
+		return r.retryOnRace(ctx, err)
 	}
-
 	if !enforcementCurrent(lease, policy.enforce) || (lease == nil && policy.enforce != nil) {
 		// An enforced lock always has a Lease (a free lock then refuses
 		// every pipeline write), which carries the policy's pipelines.
@@ -213,6 +195,33 @@ func (r *LockReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		return ctrl.Result{}, obs.podErr
 	}
 	return ctrl.Result{RequeueAfter: untilEarliest(now, decision.NextLook, next)}, nil
+}
+
+// applyGrant writes the grant of a decision that changes it: a
+// compare-and-swap on the Lease the decision was computed from. When the
+// cache was behind the Lease, it decides again on live reads at once (rather
+// than after a requeue, for a hand-off waits; see decideLive) and tries once
+// more. It
+// returns the observation and decision that stand, and the Lease as it is
+// after the write.
+func (r *LockReconciler) applyGrant(ctx context.Context, lock arbiter.Lock, obs observation, d arbiter.Decision, policy lockPolicy, now time.Time) (observation, arbiter.Decision, *coordinationv1.Lease, error) {
+	if !d.GrantChanged {
+		return obs, d, obs.lease, nil
+	}
+	lease, err := writeGrant(ctx, r.Client, lock, obs.lease, d.Grant, policy.enforce, now)
+	if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
+		if obs, d, err = r.decideLive(ctx, lock, obs, now, policy.arbiter); err != nil {
+			return obs, d, nil, err
+		}
+		lease = obs.lease
+		if d.GrantChanged {
+			lease, err = writeGrant(ctx, r.Client, lock, obs.lease, d.Grant, policy.enforce, now)
+		}
+	}
+	if err == nil && d.GrantChanged {
+		logf.FromContext(ctx).V(1).Info("Recorded grant", "holder", d.Grant.Holder, "fencingToken", d.Grant.Token)
+	}
+	return obs, d, lease, err
 }
 
 // observe gathers one lock from the cache: its claims, its grant Lease, and

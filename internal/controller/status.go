@@ -16,7 +16,7 @@ import (
 // API refuses a condition message over 32768 bytes, and a status write that
 // is refused must never be what stops a decision. The arbiter's messages are
 // far shorter (it quotes free text only up to MaxQuotedLength); this is the
-// last line of defence.
+// last line of defense.
 const maxMessageLength = 4096
 
 // maxEventNoteLength is the API's bound on an event's note.

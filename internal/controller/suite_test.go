@@ -3,6 +3,7 @@ package controller_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -36,6 +37,13 @@ var _ = BeforeSuite(func() {
 	// GinkgoLogr writes to GinkgoWriter: logs show only for failed specs (or
 	// with -ginkgo.v), and need no logging module beyond logr.
 	logf.SetLogger(GinkgoLogr)
+	// Eventually returns as soon as it succeeds: a generous bound costs
+	// nothing when the machine is idle, and keeps a loaded CI machine (two
+	// cores, several test packages at once) from failing a spec that would
+	// have passed a moment later. Consistently keeps its own, explicit
+	// durations.
+	SetDefaultEventuallyTimeout(10 * time.Second)
+	SetDefaultEventuallyPollingInterval(20 * time.Millisecond)
 
 	ctx, cancel = context.WithCancel(context.TODO())
 

@@ -31,8 +31,11 @@ func InstallEnforcement(ctx context.Context, cfg *rest.Config) error {
 		return fmt.Errorf("creating a client: %w", err)
 	}
 	files, err := filepath.Glob(filepath.Join(root, "config", "enforcement", "*.yaml"))
-	if err != nil || len(files) == 0 {
-		return fmt.Errorf("no admission policies in config/enforcement: %v", err)
+	if err != nil {
+		return fmt.Errorf("listing config/enforcement: %w", err)
+	}
+	if len(files) == 0 {
+		return fmt.Errorf("no admission policies in %s", filepath.Join(root, "config", "enforcement"))
 	}
 	for _, file := range files {
 		if err := applyFile(ctx, c, file); err != nil {

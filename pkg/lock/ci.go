@@ -1,11 +1,16 @@
 package lock
 
 import (
+	"cmp"
+	"crypto/rand"
+	"encoding/hex"
 	"net/url"
 	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
 )
 
 // The CI systems DetectCI knows, as CI.System names them.
@@ -24,35 +29,49 @@ type CI struct {
 	Repo   string
 	Branch string
 	Build  int64
+	// RunID identifies this run of the build: a re-run of a CI job keeps
+	// the build number but gets another run id.
+	RunID string
 	// Pod is the pod this process runs in (its HOSTNAME), set only when it
-	// runs in a Kubernetes pod (KUBERNETES_SERVICE_HOST is set).
-	Pod string
+	// runs in a Kubernetes pod (KUBERNETES_SERVICE_HOST is set); PodUID is
+	// its UID when the pod spec passes it in POD_UID (the downward API's
+	// metadata.uid).
+	Pod, PodUID string
 }
 
 // DetectCI reads a build's identity from the usual CI variables in env. The
 // first system whose marker is set wins, in this order:
 //
 //   - GitHub Actions (GITHUB_ACTIONS or GITHUB_REPOSITORY): repo
-//     GITHUB_REPOSITORY, branch GITHUB_REF_NAME, build GITHUB_RUN_NUMBER;
+//     GITHUB_REPOSITORY, branch GITHUB_REF_NAME, build GITHUB_RUN_NUMBER,
+//     run GITHUB_RUN_ID-GITHUB_RUN_ATTEMPT;
 //   - GitLab CI (GITLAB_CI or CI_PROJECT_PATH): repo CI_PROJECT_PATH, branch
-//     CI_COMMIT_REF_NAME, build CI_PIPELINE_IID;
+//     CI_COMMIT_REF_NAME, build CI_PIPELINE_IID, run CI_JOB_ID;
 //   - Tekton and Jenkins X (REPO_OWNER and REPO_NAME): repo
-//     REPO_OWNER/REPO_NAME, branch BRANCH_NAME, build BUILD_NUMBER;
+//     REPO_OWNER/REPO_NAME, branch BRANCH_NAME, build BUILD_NUMBER, run the
+//     pod's UID (POD_UID) or else its name;
 //   - Jenkins (JENKINS_URL, or JOB_NAME with BUILD_NUMBER): repo from
 //     JOB_NAME (a multibranch job's trailing branch segment dropped, a
 //     single-segment job name prefixed with "jenkins/"), branch BRANCH_NAME
-//     or else GIT_BRANCH without "origin/", build BUILD_NUMBER.
+//     or else GIT_BRANCH without "origin/", build BUILD_NUMBER, run
+//     BUILD_TAG.
 //
-// Independently, HOSTNAME is the pod when KUBERNETES_SERVICE_HOST is set and
-// HOSTNAME is a valid pod name. DetectCI is a pure function of env.
+// Independently, HOSTNAME is the pod (and POD_UID its UID) when
+// KUBERNETES_SERVICE_HOST is set and HOSTNAME is a valid pod name. A run id
+// longer than buildlockv1.MaxRunIDLength, or with control characters, is
+// shortened or replaced with a hash of it. DetectCI is a pure function of
+// env.
 func DetectCI(env map[string]string) CI {
 	get := func(key string) string { return strings.TrimSpace(env[key]) }
 	var ci CI
 	switch {
 	case get("GITHUB_ACTIONS") == "true" || get("GITHUB_REPOSITORY") != "":
 		ci = CI{System: CIGitHubActions, Repo: get("GITHUB_REPOSITORY"), Branch: get("GITHUB_REF_NAME"), Build: parseBuild(get("GITHUB_RUN_NUMBER"))}
+		if id := get("GITHUB_RUN_ID"); id != "" {
+			ci.RunID = id + "-" + cmp.Or(get("GITHUB_RUN_ATTEMPT"), "1")
+		}
 	case get("GITLAB_CI") == "true" || get("CI_PROJECT_PATH") != "":
-		ci = CI{System: CIGitLab, Repo: get("CI_PROJECT_PATH"), Branch: get("CI_COMMIT_REF_NAME"), Build: parseBuild(get("CI_PIPELINE_IID"))}
+		ci = CI{System: CIGitLab, Repo: get("CI_PROJECT_PATH"), Branch: get("CI_COMMIT_REF_NAME"), Build: parseBuild(get("CI_PIPELINE_IID")), RunID: get("CI_JOB_ID")}
 	case get("REPO_OWNER") != "" && get("REPO_NAME") != "":
 		ci = CI{System: CITekton, Repo: get("REPO_OWNER") + "/" + get("REPO_NAME"), Branch: get("BRANCH_NAME"), Build: parseBuild(get("BUILD_NUMBER"))}
 	case get("JENKINS_URL") != "" || (get("JOB_NAME") != "" && get("BUILD_NUMBER") != ""):
@@ -60,14 +79,43 @@ func DetectCI(env map[string]string) CI {
 		if branch == "" {
 			branch = strings.TrimPrefix(get("GIT_BRANCH"), "origin/")
 		}
-		ci = CI{System: CIJenkins, Repo: jenkinsRepo(get("JOB_NAME"), branch), Branch: branch, Build: parseBuild(get("BUILD_NUMBER"))}
+		ci = CI{System: CIJenkins, Repo: jenkinsRepo(get("JOB_NAME"), branch), Branch: branch, Build: parseBuild(get("BUILD_NUMBER")), RunID: get("BUILD_TAG")}
 	}
 	if get("KUBERNETES_SERVICE_HOST") != "" {
 		if host := get("HOSTNAME"); host != "" && len(validation.IsDNS1123Subdomain(host)) == 0 {
 			ci.Pod = host
+			if uid := get("POD_UID"); podUIDPattern.MatchString(uid) {
+				ci.PodUID = uid
+			}
 		}
 	}
+	if ci.System == CITekton {
+		ci.RunID = cmp.Or(ci.PodUID, ci.Pod)
+	}
+	ci.RunID = boundRunID(ci.RunID)
 	return ci
+}
+
+// boundRunID makes a CI system's run id a valid one: one longer than
+// buildlockv1.MaxRunIDLength becomes its beginning and 8 hex digits of a
+// hash of the whole; one with control characters, that hash alone.
+func boundRunID(id string) string {
+	runes := []rune(id)
+	switch {
+	case id != "" && !branchPattern.MatchString(id):
+		return identityHash(id)
+	case len(runes) > buildlockv1.MaxRunIDLength:
+		return string(runes[:buildlockv1.MaxRunIDLength-9]) + "-" + identityHash(id)
+	}
+	return id
+}
+
+// NewRunID returns a random run id, for a run that has none from its CI
+// system: every invocation is then a run of its own.
+func NewRunID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails
+	return hex.EncodeToString(b)
 }
 
 // parseBuild returns s as a build number, or 0 when it is not one.

@@ -21,6 +21,35 @@ func TestDetectCI(t *testing.T) {
 				"GITHUB_REF_NAME": "main", "GITHUB_RUN_NUMBER": "42", "GITHUB_RUN_ATTEMPT": "2"},
 			want: CI{System: CIGitHubActions, Repo: "acme/shop", Branch: "main", Build: 42},
 		},
+		"a GitHub run is its run id and attempt": {
+			env: map[string]string{"GITHUB_ACTIONS": "true", "GITHUB_REPOSITORY": "acme/shop", "GITHUB_REF_NAME": "main",
+				"GITHUB_RUN_NUMBER": "42", "GITHUB_RUN_ID": "9876543210", "GITHUB_RUN_ATTEMPT": "2"},
+			want: CI{System: CIGitHubActions, Repo: "acme/shop", Branch: "main", Build: 42, RunID: "9876543210-2"},
+		},
+		"a GitHub run without its attempt is the first": {
+			env:  map[string]string{"GITHUB_REPOSITORY": "acme/shop", "GITHUB_REF_NAME": "main", "GITHUB_RUN_NUMBER": "42", "GITHUB_RUN_ID": "987"},
+			want: CI{System: CIGitHubActions, Repo: "acme/shop", Branch: "main", Build: 42, RunID: "987-1"},
+		},
+		"a GitLab run is its job": {
+			env: map[string]string{"GITLAB_CI": "true", "CI_PROJECT_PATH": "acme/shop", "CI_COMMIT_REF_NAME": "main",
+				"CI_PIPELINE_IID": "311", "CI_JOB_ID": "4455"},
+			want: CI{System: CIGitLab, Repo: "acme/shop", Branch: "main", Build: 311, RunID: "4455"},
+		},
+		"a Jenkins run is its build tag": {
+			env: map[string]string{"JENKINS_URL": "https://ci.example.com/", "JOB_NAME": "acme/shop/main", "BRANCH_NAME": "main",
+				"BUILD_NUMBER": "19", "BUILD_TAG": "jenkins-acme-shop-main-19"},
+			want: CI{System: CIJenkins, Repo: "acme/shop", Branch: "main", Build: 19, RunID: "jenkins-acme-shop-main-19"},
+		},
+		"a long build tag is shortened with a hash": {
+			env:  map[string]string{"JENKINS_URL": "x", "JOB_NAME": "a/b", "BUILD_NUMBER": "1", "BUILD_TAG": strings.Repeat("t", 200)},
+			want: CI{System: CIJenkins, Repo: "a/b", Build: 1, RunID: strings.Repeat("t", 119) + "-" + identityHash(strings.Repeat("t", 200))},
+		},
+		"a Tekton run is its pod's UID": {
+			env: map[string]string{"REPO_OWNER": "acme", "REPO_NAME": "shop", "BRANCH_NAME": "main", "BUILD_NUMBER": "3",
+				"KUBERNETES_SERVICE_HOST": "10.0.0.1", "HOSTNAME": "deploy-pod", "POD_UID": "6f1c7a2e-0000-4000-8000-000000000001"},
+			want: CI{System: CITekton, Repo: "acme/shop", Branch: "main", Build: 3, Pod: "deploy-pod",
+				PodUID: "6f1c7a2e-0000-4000-8000-000000000001", RunID: "6f1c7a2e-0000-4000-8000-000000000001"},
+		},
 		"GitHub Actions on a self-hosted runner pod names the pod": {
 			env: map[string]string{"GITHUB_ACTIONS": "true", "GITHUB_REPOSITORY": "acme/shop", "GITHUB_REF_NAME": "main",
 				"GITHUB_RUN_NUMBER": "7", "KUBERNETES_SERVICE_HOST": "10.0.0.1", "HOSTNAME": "runner-abc12"},
@@ -34,7 +63,7 @@ func TestDetectCI(t *testing.T) {
 		"Tekton or Jenkins X in a pod": {
 			env: map[string]string{"REPO_OWNER": "acme", "REPO_NAME": "shop", "BRANCH_NAME": "PR-12",
 				"BUILD_NUMBER": "3", "KUBERNETES_SERVICE_HOST": "10.0.0.1", "HOSTNAME": "shop-pr-12-3-deploy-pod"},
-			want: CI{System: CITekton, Repo: "acme/shop", Branch: "PR-12", Build: 3, Pod: "shop-pr-12-3-deploy-pod"},
+			want: CI{System: CITekton, Repo: "acme/shop", Branch: "PR-12", Build: 3, Pod: "shop-pr-12-3-deploy-pod", RunID: "shop-pr-12-3-deploy-pod"},
 		},
 		"a Jenkins multibranch job drops its branch segment": {
 			env: map[string]string{"JENKINS_URL": "https://ci.example.com/", "JOB_NAME": "acme/shop/feature%2Fcart",
@@ -88,6 +117,7 @@ func FuzzDetectCI(f *testing.F) {
 			"GITHUB_REF_NAME": branch, "CI_COMMIT_REF_NAME": branch, "BRANCH_NAME": branch,
 			"GITHUB_RUN_NUMBER": build, "CI_PIPELINE_IID": build, "BUILD_NUMBER": build,
 			"KUBERNETES_SERVICE_HOST": "10.0.0.1", "HOSTNAME": host,
+			"GITHUB_RUN_ID": value, "CI_JOB_ID": value, "BUILD_TAG": value, "POD_UID": value,
 		}
 		ci := DetectCI(env)
 		if ci.Build < 0 {
@@ -95,6 +125,12 @@ func FuzzDetectCI(f *testing.F) {
 		}
 		if ci.Pod != "" && len(validation.IsDNS1123Subdomain(ci.Pod)) > 0 {
 			t.Errorf("pod %q is not a pod name", ci.Pod)
+		}
+		if err := validateRunID(ci.RunID); err != nil {
+			t.Error(err)
+		}
+		if ci.PodUID != "" && !podUIDPattern.MatchString(ci.PodUID) {
+			t.Errorf("pod UID %q is not a UID", ci.PodUID)
 		}
 		if ci.System == CIJenkins && ci.Repo != "" && !repoPattern.MatchString(ci.Repo) {
 			t.Errorf("Jenkins repo %q from JOB_NAME %q is not owner/name", ci.Repo, env["JOB_NAME"])

@@ -1,37 +1,18 @@
 package lock
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
-)
-
-// ForceReleaseAnnotation on a BuildLock asks the operator to end its hold
-// (or its wait); the value records who and why. It is the API's
-// v1alpha1.ForceReleaseAnnotation.
-const ForceReleaseAnnotation = buildlockv1.ForceReleaseAnnotation
-
-// MaxNameLength bounds derived names. It is a DNS label's length, stricter
-// than the 253 characters a BuildLock name may have, so that a name fits in a
-// label value and stays readable in `kubectl get` tables.
-const MaxNameLength = validation.DNS1123LabelMaxLength
-
-// Bounds of spec.expiresAfter, as the CRD enforces them.
-const (
-	MinExpiresAfter = 10 * time.Second
-	MaxExpiresAfter = 24 * time.Hour
 )
 
 // Claim is one build's claim on one deploy target: the spec of the BuildLock
@@ -54,32 +35,42 @@ type Claim struct {
 	// Timestamp is when the build started; zero lets the BuildLock's
 	// creation time stand in.
 	Timestamp time.Time
-	// ExpiresAfter bounds a pod-less hold between renewals; zero takes the
-	// API's default (1h).
+	// ExpiresAfter bounds a pod-less hold between renewals; zero means the
+	// API's buildlockv1.DefaultExpiresAfter. A claim with a pod has none.
 	ExpiresAfter time.Duration
 	// Name overrides the derived BuildLock name.
 	Name string
+	// RunID identifies this run of the build (a re-run of a CI job keeps the
+	// build number but is another run). It is written to the BuildLock's
+	// buildlockv1.RunIDAnnotation, and Acquire re-attaches only to a claim
+	// that carries it (or names this run's pod by UID). Empty: Acquire draws
+	// a random one, so that the claim is never shared.
+	RunID string
 }
 
+// The API's patterns, compiled once (Go's regexp and the API server accept
+// the same strings for them).
 var (
-	// repoPattern is the CRD's pattern for spec.repo.
-	repoPattern = regexp.MustCompile(`^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)+$`)
-	// podUIDPattern is the CRD's pattern for spec.podRef.uid.
-	podUIDPattern = regexp.MustCompile(`^[0-9a-fA-F-]+$`)
+	targetPattern  = regexp.MustCompile(buildlockv1.TargetPattern)
+	repoPattern    = regexp.MustCompile(buildlockv1.RepoPattern)
+	branchPattern  = regexp.MustCompile(buildlockv1.BranchPattern)
+	podNamePattern = regexp.MustCompile(buildlockv1.PodNamePattern)
+	podUIDPattern  = regexp.MustCompile(buildlockv1.PodUIDPattern)
 )
 
-// Validate checks the claim as the API server would, so that a bad flag is
-// reported before anything is created. The error wraps ErrInvalidClaim and
-// names every field that is wrong.
+// Validate checks the claim as the API server would (with the API's
+// bounds and patterns, lengths counted in characters as the API server
+// counts them), so that a bad flag is reported before anything is created.
+// The error wraps ErrInvalidClaim and names every field that is wrong.
 func (c Claim) Validate() error {
-	errs := slices.Concat(c.validatePlace(), c.validateBuild(), c.validatePod())
-	if c.ExpiresAfter != 0 && (c.ExpiresAfter < MinExpiresAfter || c.ExpiresAfter > MaxExpiresAfter) {
-		errs = append(errs, fmt.Errorf("expires-after %s must be between %s and %s", c.ExpiresAfter, MinExpiresAfter, MaxExpiresAfter))
-	}
+	errs := slices.Concat(c.validatePlace(), c.validateBuild(), c.validatePod(), c.validateTimes())
 	if c.Name != "" {
 		if msgs := validation.IsDNS1123Subdomain(c.Name); len(msgs) > 0 {
 			errs = append(errs, fmt.Errorf("name %q: %s", c.Name, strings.Join(msgs, "; ")))
 		}
+	}
+	if err := validateRunID(c.RunID); err != nil {
+		errs = append(errs, err)
 	}
 	if len(errs) == 0 {
 		return nil
@@ -95,10 +86,12 @@ func (c Claim) validatePlace() []error {
 	} else if msgs := validation.IsDNS1123Label(c.Namespace); len(msgs) > 0 {
 		errs = append(errs, fmt.Errorf("namespace %q: %s", c.Namespace, strings.Join(msgs, "; ")))
 	}
-	if c.Target == "" {
+	switch {
+	case c.Target == "":
 		errs = append(errs, errors.New("target must not be empty: name the namespace the build deploys into"))
-	} else if msgs := validation.IsDNS1123Label(c.Target); len(msgs) > 0 {
-		errs = append(errs, fmt.Errorf("target %q must be a namespace name: %s", c.Target, strings.Join(msgs, "; ")))
+	case len(c.Target) > buildlockv1.MaxTargetLength || !targetPattern.MatchString(c.Target):
+		errs = append(errs, fmt.Errorf("target %q must be a namespace name (lower-case letters, digits and '-', at most %d characters)",
+			c.Target, buildlockv1.MaxTargetLength))
 	}
 	return errs
 }
@@ -106,20 +99,23 @@ func (c Claim) validatePlace() []error {
 // validateBuild checks repo, branch and build.
 func (c Claim) validateBuild() []error {
 	var errs []error
-	switch {
+	switch n := utf8.RuneCountInString(c.Repo); {
 	case c.Repo == "":
 		errs = append(errs, errors.New("repo must not be empty: give it as owner/name"))
-	case len(c.Repo) > 255 || !repoPattern.MatchString(c.Repo):
-		errs = append(errs, fmt.Errorf("repo %q must be owner/name (letters, digits, '_', '.', '-'; at most 255 characters)", c.Repo))
+	case n < buildlockv1.MinRepoLength || n > buildlockv1.MaxRepoLength || !repoPattern.MatchString(c.Repo):
+		errs = append(errs, fmt.Errorf("repo %q must be owner/name (letters, digits, '_', '.', '-'; %d to %d characters)",
+			c.Repo, buildlockv1.MinRepoLength, buildlockv1.MaxRepoLength))
 	}
-	switch {
+	switch n := utf8.RuneCountInString(c.Branch); {
 	case c.Branch == "":
 		errs = append(errs, errors.New("branch must not be empty"))
-	case len(c.Branch) > 255:
-		errs = append(errs, fmt.Errorf("branch must be at most 255 characters, not %d", len(c.Branch)))
+	case n > buildlockv1.MaxBranchLength:
+		errs = append(errs, fmt.Errorf("branch must be at most %d characters, not %d", buildlockv1.MaxBranchLength, n))
+	case !branchPattern.MatchString(c.Branch):
+		errs = append(errs, fmt.Errorf("branch %q must not contain control characters or Unicode bidirectional overrides", c.Branch))
 	}
-	if c.Build < 1 {
-		errs = append(errs, fmt.Errorf("build must be a build number of at least 1, not %d", c.Build))
+	if c.Build < 1 || c.Build > buildlockv1.MaxBuild {
+		errs = append(errs, fmt.Errorf("build must be a build number from 1 to %d, not %d", int64(buildlockv1.MaxBuild), c.Build))
 	}
 	return errs
 }
@@ -127,130 +123,49 @@ func (c Claim) validateBuild() []error {
 // validatePod checks the pod's name and UID.
 func (c Claim) validatePod() []error {
 	var errs []error
-	if c.PodName != "" {
-		if msgs := validation.IsDNS1123Subdomain(c.PodName); len(msgs) > 0 {
-			errs = append(errs, fmt.Errorf("pod %q must be a pod name: %s", c.PodName, strings.Join(msgs, "; ")))
-		}
+	if c.PodName != "" && (len(c.PodName) > buildlockv1.MaxPodNameLength || !podNamePattern.MatchString(c.PodName)) {
+		errs = append(errs, fmt.Errorf("pod %q must be a pod name (a DNS-1123 subdomain of at most %d characters)",
+			c.PodName, buildlockv1.MaxPodNameLength))
 	}
 	switch {
 	case c.PodUID == "":
 	case c.PodName == "":
 		errs = append(errs, fmt.Errorf("pod UID %q needs a pod name", c.PodUID))
-	case len(c.PodUID) > 36 || !podUIDPattern.MatchString(c.PodUID):
-		errs = append(errs, fmt.Errorf("pod UID %q must be a UID (hex digits and '-', at most 36)", c.PodUID))
+	case len(c.PodUID) > buildlockv1.MaxPodUIDLength || !podUIDPattern.MatchString(c.PodUID):
+		errs = append(errs, fmt.Errorf("pod UID %q must be a UID such as 6f1c7a2e-5b1d-4c6e-9a0b-2f9d3c4e5a6b", c.PodUID))
 	}
 	return errs
 }
 
-// Name returns the BuildLock name of the claim: Claim.Name when set, else
-// derived from the claim's identity as <repo>-<branch>-<build>-<target>,
-// lower-cased, with every run of other characters than a-z and 0-9 turned
-// into one '-'. The target is part of the name because one build may claim
-// several targets (staging, then production) in one namespace. A name that
-// would be longer than MaxNameLength keeps its build and target, shortens
-// repo and branch, and ends in 8 hex digits of a hash of the identity, so
-// that it stays unique: build 4711 of acme/frontend-monorepo on branch
-// feature/payments-v2-with-a-very-long-name claiming staging is
-// "acme-frontend-monorepo-feature-payments-v-4711-staging-dd60ef1d".
-// The result is always a valid DNS label.
-func Name(c Claim) string {
-	if c.Name != "" {
-		return c.Name
+// validateTimes checks the timestamp and expiresAfter.
+func (c Claim) validateTimes() []error {
+	var errs []error
+	// The API accepts RFC 3339 times, which have four-digit years.
+	if y := c.Timestamp.UTC().Year(); !c.Timestamp.IsZero() && (y < 1 || y > 9999) {
+		errs = append(errs, fmt.Errorf("timestamp %s must be between the years 1 and 9999", c.Timestamp))
 	}
-	full := joinParts(sanitize(c.Repo), sanitize(c.Branch), buildPart(c.Build), sanitize(c.Target))
-	if full != "" && len(full) <= MaxNameLength {
-		return full
+	switch {
+	case c.ExpiresAfter == 0:
+	case c.PodName != "":
+		errs = append(errs, errors.New("expires-after applies only to a claim without a pod: a claim with a pod holds while its pod runs"))
+	case c.ExpiresAfter < buildlockv1.MinExpiresAfter || c.ExpiresAfter > buildlockv1.MaxExpiresAfter:
+		errs = append(errs, fmt.Errorf("expires-after %s must be between %s and %s",
+			c.ExpiresAfter, buildlockv1.MinExpiresAfter, buildlockv1.MaxExpiresAfter))
 	}
-	return compactName(c, identityHash(c.Target, c.Repo, c.Branch, strconv.FormatInt(c.Build, 10)))
+	return errs
 }
 
-// fallbackName is the name Acquire uses when Name(c) is taken by a claim
-// with another spec (two identities that sanitize alike, or a retried
-// build with another pod): the compact form with a hash of the whole spec.
-func fallbackName(c Claim) string {
-	return compactName(c, identityHash(c.Target, c.Repo, c.Branch, strconv.FormatInt(c.Build, 10),
-		c.PodName, c.PodUID, c.Timestamp.UTC().Format(time.RFC3339Nano), c.ExpiresAfter.String()))
+// validateRunID checks a run id: at most buildlockv1.MaxRunIDLength
+// characters, none of them control characters.
+func validateRunID(id string) error {
+	if n := utf8.RuneCountInString(id); n > buildlockv1.MaxRunIDLength || (id != "" && !branchPattern.MatchString(id)) {
+		return fmt.Errorf("run id %q must be at most %d characters, without control characters", id, buildlockv1.MaxRunIDLength)
+	}
+	return nil
 }
 
-// compactName is <repo-branch, shortened>-<build>-<target, shortened>-<hash>,
-// at most MaxNameLength long.
-func compactName(c Claim, hash string) string {
-	const maxTail = 30 // build (up to 19 digits) and target
-	tail := joinParts(buildPart(c.Build), sanitize(c.Target))
-	if len(tail) > maxTail {
-		tail = strings.TrimRight(tail[:maxTail], "-")
-	}
-	headBudget := MaxNameLength - len(hash) - 1
-	if tail != "" {
-		headBudget -= len(tail) + 1
-	}
-	head := joinParts(sanitize(c.Repo), sanitize(c.Branch))
-	if len(head) > headBudget {
-		head = strings.TrimRight(head[:headBudget], "-")
-	}
-	if head == "" && tail == "" {
-		head = "buildlock"
-	}
-	return joinParts(head, tail, hash)
-}
-
-// sanitize lower-cases s and turns every run of characters other than a-z
-// and 0-9 into one '-', trimmed at both ends.
-func sanitize(s string) string {
-	return collapseRuns(strings.ToLower(s), func(r rune) bool {
-		return ('a' <= r && r <= 'z') || ('0' <= r && r <= '9')
-	})
-}
-
-// collapseRuns keeps the runes of s that keep accepts and turns every run of
-// the others into one '-', never at the start or the end.
-func collapseRuns(s string, keep func(rune) bool) string {
-	var b strings.Builder
-	dash := false
-	for _, r := range s {
-		if !keep(r) {
-			dash = true
-			continue
-		}
-		if dash && b.Len() > 0 {
-			b.WriteByte('-')
-		}
-		dash = false
-		b.WriteRune(r)
-	}
-	return b.String()
-}
-
-func buildPart(build int64) string {
-	if build < 1 {
-		return ""
-	}
-	return strconv.FormatInt(build, 10)
-}
-
-// joinParts joins the non-empty parts with '-'.
-func joinParts(parts ...string) string {
-	kept := parts[:0:0]
-	for _, p := range parts {
-		if p != "" {
-			kept = append(kept, p)
-		}
-	}
-	return strings.Join(kept, "-")
-}
-
-// identityHash is 8 hex digits of a SHA-256 over the fields, each ended by
-// a NUL so that ("ab", "c") and ("a", "bc") differ.
-func identityHash(fields ...string) string {
-	h := sha256.New()
-	for _, f := range fields {
-		h.Write([]byte(f))
-		h.Write([]byte{0})
-	}
-	return hex.EncodeToString(h.Sum(nil))[:8]
-}
-
-// BuildLock returns the BuildLock that claims c, named Name(c).
+// BuildLock returns the BuildLock that claims c, named Name(c), with c's
+// run id in its buildlockv1.RunIDAnnotation.
 func (c Claim) BuildLock() *buildlockv1.BuildLock {
 	bl := &buildlockv1.BuildLock{
 		TypeMeta:   metav1.TypeMeta{APIVersion: buildlockv1.GroupVersion.String(), Kind: "BuildLock"},
@@ -262,7 +177,10 @@ func (c Claim) BuildLock() *buildlockv1.BuildLock {
 			Build:  c.Build,
 		},
 	}
-	if c.PodName != "" {
+	if c.RunID != "" {
+		bl.Annotations = map[string]string{buildlockv1.RunIDAnnotation: c.RunID}
+	}
+	if c.PodName != "" || c.PodUID != "" {
 		bl.Spec.PodRef = &buildlockv1.PodReference{Name: c.PodName, UID: c.PodUID}
 	}
 	if !c.Timestamp.IsZero() {
@@ -274,10 +192,10 @@ func (c Claim) BuildLock() *buildlockv1.BuildLock {
 	return bl
 }
 
-// sameClaim reports whether the existing BuildLock is the one c would
-// create, so that a retried step attaches to it: the same target, repo,
-// branch, build and pod, and the same timestamp and expiresAfter where c
-// sets them (the API server defaults expiresAfter).
+// sameClaim reports whether the existing BuildLock claims what c claims: the
+// same target, repo, branch, build and pod, and the same timestamp and
+// expiresAfter where c sets them. It says nothing about whose claim it is
+// (see owns).
 func sameClaim(existing *buildlockv1.BuildLock, c Claim) bool {
 	s := existing.Spec
 	if s.Target != c.Target || s.Repo != c.Repo || s.Branch != c.Branch || s.Build != c.Build {
@@ -286,7 +204,7 @@ func sameClaim(existing *buildlockv1.BuildLock, c Claim) bool {
 	switch {
 	case c.PodName == "" && s.PodRef != nil, c.PodName != "" && s.PodRef == nil:
 		return false
-	case c.PodName != "" && (s.PodRef.Name != c.PodName || (c.PodUID != "" && types.UID(s.PodRef.UID) != types.UID(c.PodUID))):
+	case c.PodName != "" && (s.PodRef.Name != c.PodName || (c.PodUID != "" && s.PodRef.UID != c.PodUID)):
 		return false
 	}
 	if !c.Timestamp.IsZero() && (s.Timestamp == nil || !s.Timestamp.Truncate(time.Microsecond).Equal(c.Timestamp.Truncate(time.Microsecond))) {
@@ -296,4 +214,26 @@ func sameClaim(existing *buildlockv1.BuildLock, c Claim) bool {
 		return false
 	}
 	return true
+}
+
+// owns reports whether the existing BuildLock is provably this run's claim,
+// so that Acquire may attach to it: it names this run's pod by UID, or it
+// carries this run's id. The same build number is not enough: a re-run of a
+// CI job keeps it, and two runs of one build must never deploy at once.
+func (c Claim) owns(existing *buildlockv1.BuildLock) bool {
+	if p := existing.Spec.PodRef; c.PodUID != "" && p != nil && p.UID == c.PodUID {
+		return true
+	}
+	return c.RunID != "" && existing.Annotations[buildlockv1.RunIDAnnotation] == c.RunID
+}
+
+// Describe names bl's build and target, for messages: "build 42 of
+// acme/shop@main on staging".
+func Describe(bl *buildlockv1.BuildLock) string {
+	return fmt.Sprintf("build %d of %s@%s on %s", bl.Spec.Build, bl.Spec.Repo, bl.Spec.Branch, bl.Spec.Target)
+}
+
+// RunIDOf returns the run id a BuildLock carries, "" if none.
+func RunIDOf(bl *buildlockv1.BuildLock) string {
+	return bl.Annotations[buildlockv1.RunIDAnnotation]
 }

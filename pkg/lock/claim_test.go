@@ -7,127 +7,77 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/validation"
 
 	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
 )
 
-func TestName(t *testing.T) {
-	long := strings.Repeat("very-long-repository-name-", 10)
-	tests := map[string]struct {
-		claim Claim
-		want  string
-	}{
-		"a simple claim reads as repo, branch, build and target": {
-			claim: Claim{Target: "staging", Repo: "acme/shop", Branch: "main", Build: 42},
-			want:  "acme-shop-main-42-staging",
-		},
-		"upper case, slashes and underscores become lower case and dashes": {
-			claim: Claim{Target: "prod", Repo: "Acme_Corp/Web.Shop", Branch: "feature/JIRA-123_new", Build: 7},
-			want:  "acme-corp-web-shop-feature-jira-123-new-7-prod",
-		},
-		"runs of odd characters collapse into one dash and ends are trimmed": {
-			claim: Claim{Target: "qa", Repo: "--acme//shop--", Branch: "  ümlaut💥branch!! ", Build: 1},
-			want:  "acme-shop-mlaut-branch-1-qa",
-		},
-		"an explicit name wins": {
-			claim: Claim{Target: "staging", Repo: "acme/shop", Branch: "main", Build: 42, Name: "my-lock"},
-			want:  "my-lock",
-		},
-		"a name of exactly 63 characters is kept whole": {
-			claim: Claim{Target: "t", Repo: "a/" + strings.Repeat("b", 52), Branch: "c", Build: 1},
-			want:  "a-" + strings.Repeat("b", 52) + "-c-1-t",
-		},
-		"a long name keeps build and target and ends in a hash": {
-			claim: Claim{Target: "staging", Repo: "acme/" + long, Branch: "main", Build: 4711},
-			want:  "acme-very-long-repository-name-very-long-4711-staging-07844a41",
-		},
-		"the example of Name's doc comment": {
-			claim: Claim{Target: "staging", Repo: "acme/frontend-monorepo", Branch: "feature/payments-v2-with-a-very-long-name", Build: 4711},
-			want:  "acme-frontend-monorepo-feature-payments-v-4711-staging-dd60ef1d",
-		},
-		"nothing usable gives a hashed buildlock name": {
-			claim: Claim{Repo: "///", Branch: "!!!"},
-			want:  "buildlock-fe4896fd",
-		},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			got := Name(tc.claim)
-			if got != tc.want {
-				t.Errorf("Name() = %q, want %q", got, tc.want)
-			}
-			if tc.claim.Name == "" {
-				assertGoodName(t, got)
-			}
-		})
-	}
-}
+// validClaim is the claim the validation cases change.
+var validClaim = Claim{Namespace: "ci", Target: "staging", Repo: "acme/shop", Branch: "main", Build: 42}
 
-func TestNameKeepsBuildAndTargetWhenTruncated(t *testing.T) {
-	c := Claim{Target: strings.Repeat("t", 63), Repo: strings.Repeat("r", 200) + "/x", Branch: strings.Repeat("b", 255), Build: 9223372036854775807}
-	got := Name(c)
-	assertGoodName(t, got)
-	if !strings.Contains(got, "-9223372036854775807-") {
-		t.Errorf("Name() = %q lost the build number", got)
-	}
-}
-
-func TestNameTellsApartIdentitiesThatTruncateAlike(t *testing.T) {
-	base := Claim{Target: "staging", Repo: "acme/" + strings.Repeat("x", 80), Branch: "main", Build: 1}
-	other := base
-	other.Branch = "main2"
-	if Name(base) == Name(other) {
-		t.Errorf("two identities share the name %q", Name(base))
-	}
-}
-
-func TestFallbackNameDiffersFromNameAndByPod(t *testing.T) {
-	c := Claim{Target: "staging", Repo: "acme/shop", Branch: "main", Build: 42, PodName: "runner-a"}
-	d := c
-	d.PodName = "runner-b"
-	for _, n := range []string{fallbackName(c), fallbackName(d)} {
-		assertGoodName(t, n)
-	}
-	if fallbackName(c) == Name(c) || fallbackName(c) == fallbackName(d) {
-		t.Errorf("fallback names %q and %q must differ from each other and from %q", fallbackName(c), fallbackName(d), Name(c))
-	}
-}
-
-func assertGoodName(t *testing.T, name string) {
-	t.Helper()
-	if msgs := validation.IsDNS1123Label(name); len(msgs) > 0 {
-		t.Errorf("name %q is not a DNS label: %v", name, msgs)
-	}
-	if len(name) > MaxNameLength {
-		t.Errorf("name %q is %d characters long, more than %d", name, len(name), MaxNameLength)
-	}
+// validationCases are changes to validClaim that Validate accepts (wantErr
+// "") or refuses with an error containing wantErr. The same cases go to the
+// API server (TestTheAPIServerAgreesWithValidate), which must accept and
+// refuse exactly the same claims.
+var validationCases = map[string]struct {
+	change  func(*Claim)
+	wantErr string
+}{
+	"a complete claim is valid":                  {change: func(*Claim) {}},
+	"a GitLab nested group is a valid repo":      {change: func(c *Claim) { c.Repo = "group/sub/name" }},
+	"a repo of 255 characters is valid":          {change: func(c *Claim) { c.Repo = "a/" + strings.Repeat("r", 253) }},
+	"a target of 63 characters is valid":         {change: func(c *Claim) { c.Target = strings.Repeat("t", 63) }},
+	"a branch with spaces and Unicode is valid":  {change: func(c *Claim) { c.Branch = "feature/ümlaut 💥 x" }},
+	"a branch of 255 two-byte letters is valid":  {change: func(c *Claim) { c.Branch = strings.Repeat("é", 255) }},
+	"the largest build is valid":                 {change: func(c *Claim) { c.Build = buildlockv1.MaxBuild }},
+	"a pod with a UID is valid":                  {change: func(c *Claim) { c.PodName, c.PodUID = "runner-0", "6f1c7a2e-0000-4000-8000-000000000001" }},
+	"an upper-case pod UID is valid":             {change: func(c *Claim) { c.PodName, c.PodUID = "runner-0", "6F1C7A2E-0000-4000-8000-00000000000A" }},
+	"a dotted pod name of 253 characters":        {change: func(c *Claim) { c.PodName = strings.Repeat(strings.Repeat("p", 62)+".", 4)[:252] + "p" }},
+	"expiresAfter within bounds is valid":        {change: func(c *Claim) { c.ExpiresAfter = time.Minute }},
+	"expiresAfter at its lower bound":            {change: func(c *Claim) { c.ExpiresAfter = buildlockv1.MinExpiresAfter }},
+	"expiresAfter at its upper bound":            {change: func(c *Claim) { c.ExpiresAfter = buildlockv1.MaxExpiresAfter }},
+	"expiresAfter with nanoseconds":              {change: func(c *Claim) { c.ExpiresAfter = 10*time.Second + time.Nanosecond }},
+	"a timestamp in a time zone is valid":        {change: func(c *Claim) { c.Timestamp = time.Date(2026, 11, 30, 22, 45, 0, 0, time.FixedZone("", 14*3600)) }},
+	"a timestamp in the year 1 is valid":         {change: func(c *Claim) { c.Timestamp = time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC) }},
+	"a timestamp in the year 9999 is valid":      {change: func(c *Claim) { c.Timestamp = time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC) }},
+	"an explicit name of 253 characters":         {change: func(c *Claim) { c.Name = strings.Repeat("n", 253) }},
+	"a missing target says what it is":           {change: func(c *Claim) { c.Target = "" }, wantErr: "namespace the build deploys into"},
+	"a target that is no namespace name":         {change: func(c *Claim) { c.Target = "Staging_1" }, wantErr: `target "Staging_1"`},
+	"a target that starts with a dash":           {change: func(c *Claim) { c.Target = "-staging" }, wantErr: `target "-staging"`},
+	"a target of 64 characters":                  {change: func(c *Claim) { c.Target = strings.Repeat("t", 64) }, wantErr: "at most 63 characters"},
+	"a repo without owner":                       {change: func(c *Claim) { c.Repo = "shop" }, wantErr: `repo "shop" must be owner/name`},
+	"a repo of 256 characters":                   {change: func(c *Claim) { c.Repo = "a/" + strings.Repeat("r", 254) }, wantErr: "3 to 255 characters"},
+	"a repo with a space":                        {change: func(c *Claim) { c.Repo = "acme/my shop" }, wantErr: "must be owner/name"},
+	"an empty branch":                            {change: func(c *Claim) { c.Branch = "" }, wantErr: "branch must not be empty"},
+	"a branch of 256 characters":                 {change: func(c *Claim) { c.Branch = strings.Repeat("é", 256) }, wantErr: "at most 255 characters, not 256"},
+	"a branch with a newline":                    {change: func(c *Claim) { c.Branch = "main\nINFO all good" }, wantErr: "control characters"},
+	"a branch with an escape sequence":           {change: func(c *Claim) { c.Branch = "main\x1b[2J" }, wantErr: "control characters"},
+	"a branch with DEL":                          {change: func(c *Claim) { c.Branch = "main\x7f" }, wantErr: "control characters"},
+	"a branch with a C1 control character":       {change: func(c *Claim) { c.Branch = "main\u0085" }, wantErr: "control characters"},
+	"a branch with a bidirectional override":     {change: func(c *Claim) { c.Branch = "main\u202egnp.exe" }, wantErr: "bidirectional overrides"},
+	"a build number of zero":                     {change: func(c *Claim) { c.Build = 0 }, wantErr: "build must be a build number"},
+	"a negative build number":                    {change: func(c *Claim) { c.Build = -1 }, wantErr: "build must be a build number"},
+	"a build number beyond 2^53-1":               {change: func(c *Claim) { c.Build = buildlockv1.MaxBuild + 1 }, wantErr: "build must be a build number"},
+	"a pod name with capitals":                   {change: func(c *Claim) { c.PodName = "Runner" }, wantErr: `pod "Runner"`},
+	"a pod name of 254 characters":               {change: func(c *Claim) { c.PodName = strings.Repeat("p", 254) }, wantErr: "at most 253 characters"},
+	"a pod UID that is no UUID":                  {change: func(c *Claim) { c.PodName, c.PodUID = "runner-0", "abc" }, wantErr: `pod UID "abc"`},
+	"a pod UID without dashes":                   {change: func(c *Claim) { c.PodName, c.PodUID = "runner-0", strings.Repeat("a", 32) }, wantErr: "must be a UID"},
+	"a pod UID without a pod":                    {change: func(c *Claim) { c.PodUID = "6f1c7a2e-0000-4000-8000-000000000001" }, wantErr: "needs a pod name"},
+	"expiresAfter below 10s":                     {change: func(c *Claim) { c.ExpiresAfter = 9 * time.Second }, wantErr: "between 10s and 24h0m0s"},
+	"expiresAfter above 24h":                     {change: func(c *Claim) { c.ExpiresAfter = 24*time.Hour + time.Second }, wantErr: "between 10s and 24h0m0s"},
+	"a negative expiresAfter":                    {change: func(c *Claim) { c.ExpiresAfter = -time.Minute }, wantErr: "between 10s and 24h0m0s"},
+	"expiresAfter on a claim with a pod":         {change: func(c *Claim) { c.PodName, c.ExpiresAfter = "runner-0", time.Minute }, wantErr: "only to a claim without a pod"},
+	"a timestamp in the year 10000":              {change: func(c *Claim) { c.Timestamp = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC) }, wantErr: "years 1 and 9999"},
+	"a timestamp in the year 0":                  {change: func(c *Claim) { c.Timestamp = time.Date(0, 6, 1, 0, 0, 0, 0, time.UTC) }, wantErr: "years 1 and 9999"},
+	"an explicit name that is no DNS name":       {change: func(c *Claim) { c.Name = "My_Lock" }, wantErr: `name "My_Lock"`},
+	"an explicit name of 254 characters":         {change: func(c *Claim) { c.Name = strings.Repeat("n", 254) }, wantErr: "must be no more than 253 characters"},
+	"every wrong field is named in one error":    {change: func(c *Claim) { c.Repo, c.Build = "", -1 }, wantErr: "repo must not be empty"},
+	"an out-of-zone year 10000 is still refused": {change: func(c *Claim) { c.Timestamp = time.Date(9999, 12, 31, 23, 0, 0, 0, time.FixedZone("", -2*3600)) }, wantErr: "years 1 and 9999"},
 }
 
 func TestValidate(t *testing.T) {
-	good := Claim{Namespace: "ci", Target: "staging", Repo: "acme/shop", Branch: "main", Build: 42}
-	tests := map[string]struct {
-		change  func(*Claim)
-		wantErr string // "" for valid
-	}{
-		"a complete claim is valid":               {change: func(*Claim) {}},
-		"a GitLab nested group is a valid repo":   {change: func(c *Claim) { c.Repo = "group/sub/name" }},
-		"a pod with a UID is valid":               {change: func(c *Claim) { c.PodName, c.PodUID = "runner-0", "6f1c7a2e-0000-4000-8000-000000000001" }},
-		"expiresAfter within bounds is valid":     {change: func(c *Claim) { c.ExpiresAfter = time.Minute }},
-		"a missing namespace is named":            {change: func(c *Claim) { c.Namespace = "" }, wantErr: "namespace must not be empty"},
-		"a missing target says what it is":        {change: func(c *Claim) { c.Target = "" }, wantErr: "namespace the build deploys into"},
-		"a target that is no namespace name":      {change: func(c *Claim) { c.Target = "Staging_1" }, wantErr: `target "Staging_1"`},
-		"a repo without owner":                    {change: func(c *Claim) { c.Repo = "shop" }, wantErr: `repo "shop" must be owner/name`},
-		"an empty branch":                         {change: func(c *Claim) { c.Branch = "" }, wantErr: "branch must not be empty"},
-		"a build number of zero":                  {change: func(c *Claim) { c.Build = 0 }, wantErr: "build must be a build number"},
-		"a pod name with capitals":                {change: func(c *Claim) { c.PodName = "Runner" }, wantErr: `pod "Runner"`},
-		"a pod UID without a pod":                 {change: func(c *Claim) { c.PodUID = "abc" }, wantErr: "needs a pod name"},
-		"expiresAfter below 10s":                  {change: func(c *Claim) { c.ExpiresAfter = time.Second }, wantErr: "between 10s and 24h0m0s"},
-		"every wrong field is named in one error": {change: func(c *Claim) { c.Repo, c.Build = "", -1 }, wantErr: "repo must not be empty"},
-	}
-	for name, tc := range tests {
+	for name, tc := range validationCases {
 		t.Run(name, func(t *testing.T) {
-			c := good
+			c := validClaim
 			tc.change(&c)
 			err := c.Validate()
 			if tc.wantErr == "" {
@@ -146,23 +96,48 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+// TestValidateWhatOnlyTheClientChecks covers what the API server does not
+// see in a BuildLock's spec: the namespace (it is where the request goes)
+// and the run id (an annotation).
+func TestValidateWhatOnlyTheClientChecks(t *testing.T) {
+	tests := map[string]struct {
+		change  func(*Claim)
+		wantErr string
+	}{
+		"a run id of the longest length":    {change: func(c *Claim) { c.RunID = strings.Repeat("r", buildlockv1.MaxRunIDLength) }},
+		"a missing namespace is named":      {change: func(c *Claim) { c.Namespace = "" }, wantErr: "namespace must not be empty"},
+		"a namespace that is no DNS label":  {change: func(c *Claim) { c.Namespace = "c.i" }, wantErr: `namespace "c.i"`},
+		"a run id that is too long":         {change: func(c *Claim) { c.RunID = strings.Repeat("r", buildlockv1.MaxRunIDLength+1) }, wantErr: "run id"},
+		"a run id with a control character": {change: func(c *Claim) { c.RunID = "1\n2" }, wantErr: "without control characters"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			c := validClaim
+			tc.change(&c)
+			err := c.Validate()
+			if (err == nil) != (tc.wantErr == "") || err != nil && !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("Validate() = %v, want an error containing %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
 func TestBuildLockCarriesTheClaim(t *testing.T) {
 	ts := time.Date(2026, 3, 1, 12, 0, 0, 123456789, time.UTC)
 	c := Claim{Namespace: "ci", Target: "staging", Repo: "acme/shop", Branch: "main", Build: 42,
-		PodName: "runner-0", PodUID: "abc-1", Timestamp: ts, ExpiresAfter: 2 * time.Minute}
+		PodName: "runner-0", PodUID: "6f1c7a2e-0000-4000-8000-000000000001", Timestamp: ts, RunID: "77-1"}
 	bl := c.BuildLock()
-	if bl.Name != "acme-shop-main-42-staging" || bl.Namespace != "ci" {
-		t.Errorf("BuildLock is %s/%s", bl.Namespace, bl.Name)
+	if bl.Name != "acme-shop-main-42-staging" || bl.Namespace != "ci" || RunIDOf(bl) != "77-1" {
+		t.Errorf("BuildLock is %s/%s with run id %q", bl.Namespace, bl.Name, RunIDOf(bl))
 	}
 	s := bl.Spec
 	if s.Target != "staging" || s.Repo != "acme/shop" || s.Branch != "main" || s.Build != 42 ||
-		s.PodRef == nil || s.PodRef.Name != "runner-0" || s.PodRef.UID != "abc-1" ||
-		s.Timestamp == nil || !s.Timestamp.Equal(ts) ||
-		s.ExpiresAfter == nil || s.ExpiresAfter.Duration != 2*time.Minute || s.RenewTime != nil {
+		s.PodRef == nil || s.PodRef.Name != "runner-0" || s.PodRef.UID != c.PodUID ||
+		s.Timestamp == nil || !s.Timestamp.Equal(ts) || s.ExpiresAfter != nil || s.RenewTime != nil {
 		t.Errorf("spec = %+v", s)
 	}
-	if !sameClaim(bl, c) {
-		t.Error("a claim's own BuildLock is not sameClaim")
+	if !sameClaim(bl, c) || !c.owns(bl) {
+		t.Error("a claim's own BuildLock is not the same claim, or not its own")
 	}
 }
 
@@ -170,8 +145,6 @@ func TestSameClaim(t *testing.T) {
 	c := Claim{Namespace: "ci", Target: "staging", Repo: "acme/shop", Branch: "main", Build: 42}
 	existing := func(change func(*buildlockv1.BuildLockSpec)) *buildlockv1.BuildLock {
 		bl := c.BuildLock()
-		// The API server defaults expiresAfter.
-		bl.Spec.ExpiresAfter = &metav1.Duration{Duration: time.Hour}
 		change(&bl.Spec)
 		return bl
 	}
@@ -180,9 +153,12 @@ func TestSameClaim(t *testing.T) {
 		claim Claim
 		want  bool
 	}{
-		"the same identity with the defaulted expiresAfter": {bl: existing(func(*buildlockv1.BuildLockSpec) {}), claim: c, want: true},
+		"the same identity": {bl: existing(func(*buildlockv1.BuildLockSpec) {}), claim: c, want: true},
 		"a renewed claim is the same claim": {bl: existing(func(s *buildlockv1.BuildLockSpec) {
 			s.RenewTime = buildlockv1.NewTimestamp(time.Now())
+		}), claim: c, want: true},
+		"an expiresAfter the claim does not set": {bl: existing(func(s *buildlockv1.BuildLockSpec) {
+			s.ExpiresAfter = &metav1.Duration{Duration: time.Hour}
 		}), claim: c, want: true},
 		"another build":  {bl: existing(func(s *buildlockv1.BuildLockSpec) { s.Build = 41 }), claim: c},
 		"another target": {bl: existing(func(s *buildlockv1.BuildLockSpec) { s.Target = "prod" }), claim: c},
@@ -203,24 +179,48 @@ func TestSameClaim(t *testing.T) {
 	}
 }
 
-// FuzzName checks that every claim, however odd, gets a valid, bounded,
-// deterministic name that keeps its build number.
-func FuzzName(f *testing.F) {
-	f.Add("staging", "acme/shop", "main", int64(42))
-	f.Add("", "", "", int64(0))
-	f.Add("prod", "Acme_Corp/Web.Shop", "feature/JIRA-123_ümlaut", int64(-5))
-	f.Add(strings.Repeat("t", 100), strings.Repeat("r/", 100), strings.Repeat("b", 300), int64(9223372036854775807))
-	f.Fuzz(func(t *testing.T, target, repo, branch string, build int64) {
-		c := Claim{Target: target, Repo: repo, Branch: branch, Build: build}
-		name := Name(c)
-		assertGoodName(t, name)
-		if name != Name(c) {
-			t.Fatalf("Name is not deterministic for %+v", c)
-		}
-		fb := fallbackName(c)
-		assertGoodName(t, fb)
-		if build > 0 && !strings.Contains("-"+name+"-", "-"+buildPart(build)+"-") {
-			t.Errorf("Name(%+v) = %q lost the build number", c, name)
-		}
-	})
+func TestAClaimOwnsOnlyWhatProvesItsRun(t *testing.T) {
+	const uid = "6f1c7a2e-0000-4000-8000-000000000001"
+	run := Claim{Namespace: "ci", Target: "staging", Repo: "acme/shop", Branch: "main", Build: 42, RunID: "100-1"}
+	inPod := run
+	inPod.PodName, inPod.PodUID, inPod.RunID = "runner-0", uid, "another-run-id"
+	tests := map[string]struct {
+		existing *buildlockv1.BuildLock
+		claim    Claim
+		want     bool
+	}{
+		"the same run id": {existing: run.BuildLock(), claim: run, want: true},
+		"a re-run of the same build": {existing: run.BuildLock(), claim: func() Claim {
+			c := run
+			c.RunID = "100-2"
+			return c
+		}()},
+		"a claim without a run id": {existing: func() *buildlockv1.BuildLock {
+			bl := run.BuildLock()
+			bl.Annotations = nil
+			return bl
+		}(), claim: run},
+		"the same pod by UID, whatever the run id": {existing: func() *buildlockv1.BuildLock {
+			c := inPod
+			c.RunID = "first"
+			return c.BuildLock()
+		}(), claim: inPod, want: true},
+		"the same pod name with another UID": {existing: func() *buildlockv1.BuildLock {
+			c := inPod
+			c.PodUID, c.RunID = "6f1c7a2e-0000-4000-8000-000000000002", "first"
+			return c.BuildLock()
+		}(), claim: inPod},
+		"an empty run id proves nothing": {existing: func() *buildlockv1.BuildLock {
+			bl := run.BuildLock()
+			bl.Annotations[buildlockv1.RunIDAnnotation] = ""
+			return bl
+		}(), claim: func() Claim { c := run; c.RunID = ""; return c }()},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := tc.claim.owns(tc.existing); got != tc.want {
+				t.Errorf("owns() = %v, want %v", got, tc.want)
+			}
+		})
+	}
 }

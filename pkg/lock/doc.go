@@ -1,7 +1,12 @@
-// Package lock lets a Go program take a buildlock: it creates a BuildLock
-// (one build's claim on one deploy target), watches it until the operator's
-// verdict, and hands back a release function and the hold's fencing token.
+// Package lock is the Go client of buildlock, and the kubectl-buildlock
+// plugin is built on it: every operation on the API lives here once, and
+// the plugin parses flags and prints.
 //
+// Acquire creates a BuildLock (one build's claim on one deploy target),
+// watches it until the operator's verdict, and hands back a release function
+// and the hold's fencing token:
+//
+//	c, _ := lock.NewClient(cfg)
 //	release, token, err := lock.Acquire(ctx, c, lock.Claim{
 //		Namespace: "ci", Target: "staging",
 //		Repo: "acme/shop", Branch: "main", Build: 42,
@@ -17,14 +22,34 @@
 //
 // The outcomes are typed errors, usable with errors.Is and errors.As:
 // [ErrSuperseded] ([*SupersededError]), [ErrEnded] ([*EndedError]),
-// [ErrTimeout] ([*TimeoutError]) and [ErrInvalidClaim].
+// [ErrTimeout] ([*TimeoutError]), [ErrClaimedByAnotherRun]
+// ([*ClaimedByAnotherRunError]), [ErrLost] ([*LostError]),
+// [ErrInvalidClaim], [ErrNameTaken], [ErrNoHolder] and [ErrInvalidReason].
+//
+// Two runs of one build never share a claim: a BuildLock carries its run's
+// id (buildlockv1.RunIDAnnotation), and Acquire attaches to an existing
+// claim only when it carries this run's id or names this run's pod by UID.
+// [AcquireHold] returns a [Hold], whose WaitLost tells a holder that is
+// still deploying when its claim was deleted or stopped holding.
 //
 // A claim without a pod is kept alive by this process: while it waits and
-// while it holds, a goroutine bumps spec.renewTime every third of
-// spec.expiresAfter, so that the hold expires on its own when the process
+// while it holds, a goroutine bumps spec.renewTime ([Renew]) every third of
+// its expiresAfter, so that the hold expires on its own when the process
 // dies. [Hold.Release] stops it. A claim with a pod lives as long as the pod.
 //
-// [DetectCI] reads the usual CI variables (Tekton and Jenkins X, GitHub
-// Actions, GitLab CI, Jenkins) into a Claim; [Name] derives a claim's
-// BuildLock name. The kubectl-buildlock plugin is built on this package.
+// [ReleaseName] and [ReleaseBuild] delete claims, [ForceRelease] asks the
+// operator to end a hold, and [Status] summarizes locks: holder, fencing
+// token, ordering and queue. Every write to an existing claim is guarded by
+// its UID (write.go), so that it never lands on a newer claim of the same
+// name.
+//
+// Watching uses client-go's tools/watch (UntilWithSync, as `kubectl wait`
+// does): an informer on the claim's lock that re-lists when its watch falls
+// too far behind, instead of a hand-written watch loop.
+//
+// Validation uses the API's own values (api/v1alpha1's bounds and
+// patterns), and a test proves that the API server accepts and refuses the
+// same claims. [DetectCI] reads the usual CI variables (Tekton and Jenkins
+// X, GitHub Actions, GitLab CI, Jenkins) into a Claim; [Name] derives a
+// claim's BuildLock name.
 package lock

@@ -26,6 +26,18 @@ var (
 	// ErrNameTaken: the claim's BuildLock name (and its fallback) belong to
 	// another claim.
 	ErrNameTaken = errors.New("BuildLock name taken by another claim")
+	// ErrClaimedByAnotherRun: a BuildLock of the same build, created by
+	// another run of it (a re-run of the CI job), is still in the running:
+	// two runs of one build never deploy at once.
+	ErrClaimedByAnotherRun = errors.New("claimed by another run of the same build")
+	// ErrLost: a held claim was deleted or stopped holding (released, expired,
+	// force-released) while its holder still used it.
+	ErrLost = errors.New("the hold was lost")
+	// ErrNoHolder: force-release found no claim that holds the target.
+	ErrNoHolder = errors.New("no claim holds the target")
+	// ErrInvalidReason: a force-release reason is empty, too long, or has
+	// control characters.
+	ErrInvalidReason = errors.New("invalid force-release reason")
 )
 
 // SupersededError is the ErrSuperseded outcome.
@@ -64,8 +76,8 @@ type EndedError struct {
 	Reason, Message string
 }
 
-// ReasonDeleted is EndedError.Reason when the BuildLock was deleted while it
-// waited.
+// ReasonDeleted is EndedError.Reason and LostError.Reason when the
+// BuildLock was deleted.
 const ReasonDeleted = "Deleted"
 
 func (e *EndedError) Error() string {
@@ -116,3 +128,58 @@ func (e *TimeoutError) Is(target error) bool { return target == ErrTimeout }
 
 // Unwrap makes errors.Is(err, context.DeadlineExceeded) true.
 func (e *TimeoutError) Unwrap() error { return context.DeadlineExceeded }
+
+// ClaimedByAnotherRunError is the ErrClaimedByAnotherRun outcome.
+type ClaimedByAnotherRunError struct {
+	// BuildLock is the other run's claim, as read.
+	BuildLock *buildlockv1.BuildLock
+	// RunID is this run's id.
+	RunID string
+}
+
+func (e *ClaimedByAnotherRunError) Error() string {
+	bl := e.BuildLock
+	theirs := RunIDOf(bl)
+	if theirs == "" {
+		theirs = "unknown"
+	}
+	phase := bl.Status.Phase
+	if phase == "" {
+		phase = buildlockv1.PhasePending
+	}
+	return fmt.Sprintf("BuildLock %s/%s (%s, %s) belongs to another run of this build (run %s, this is run %s); "+
+		"two runs of one build never deploy at once",
+		bl.Namespace, bl.Name, Describe(bl), phase, theirs, e.RunID)
+}
+
+// Is makes errors.Is(err, ErrClaimedByAnotherRun) true.
+func (e *ClaimedByAnotherRunError) Is(target error) bool { return target == ErrClaimedByAnotherRun }
+
+// LostError is the ErrLost outcome.
+type LostError struct {
+	// Namespace and Name identify the BuildLock.
+	Namespace, Name string
+	// Phase is the claim's phase when it stopped holding, empty when it was
+	// deleted.
+	Phase buildlockv1.Phase
+	// Reason is the operator's (Released with ForceReleased, Expired,
+	// LockLost, ...), or ReasonDeleted.
+	Reason, Message string
+}
+
+func (e *LostError) Error() string {
+	msg := fmt.Sprintf("BuildLock %s/%s no longer holds its lock", e.Namespace, e.Name)
+	switch {
+	case e.Reason == ReasonDeleted:
+		msg += ": it was deleted"
+	case e.Phase != "":
+		msg += fmt.Sprintf(": it is %s (%s)", e.Phase, e.Reason)
+	}
+	if e.Message != "" {
+		msg += ": " + e.Message
+	}
+	return msg
+}
+
+// Is makes errors.Is(err, ErrLost) true.
+func (e *LostError) Is(target error) bool { return target == ErrLost }

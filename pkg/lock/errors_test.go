@@ -37,6 +37,27 @@ func TestOutcomeErrorsMatchTheirSentinels(t *testing.T) {
 			isNot:    []error{ErrSuperseded, ErrEnded, context.Canceled},
 			contains: "timed out",
 		},
+		"another run's claim names it and both runs": {
+			err: &ClaimedByAnotherRunError{RunID: "9-2", BuildLock: &buildlockv1.BuildLock{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "a", Annotations: map[string]string{buildlockv1.RunIDAnnotation: "9-1"}},
+				Spec:       buildlockv1.BuildLockSpec{Target: "staging", Repo: "acme/shop", Branch: "main", Build: 9},
+				Status:     buildlockv1.BuildLockStatus{Phase: buildlockv1.PhaseHeld},
+			}},
+			is:       []error{ErrClaimedByAnotherRun},
+			isNot:    []error{ErrEnded, ErrLost},
+			contains: "BuildLock ci/a (build 9 of acme/shop@main on staging, Held) belongs to another run of this build (run 9-1, this is run 9-2)",
+		},
+		"a lost hold says why": {
+			err:      &LostError{Namespace: "ci", Name: "a", Phase: buildlockv1.PhaseReleased, Reason: buildlockv1.ReasonForceReleased, Message: "alice: stuck"},
+			is:       []error{ErrLost},
+			isNot:    []error{ErrEnded, ErrSuperseded},
+			contains: "BuildLock ci/a no longer holds its lock: it is Released (ForceReleased): alice: stuck",
+		},
+		"a deleted hold": {
+			err:      &LostError{Namespace: "ci", Name: "a", Reason: ReasonDeleted},
+			is:       []error{ErrLost},
+			contains: "no longer holds its lock: it was deleted",
+		},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -99,7 +120,7 @@ func TestVerdict(t *testing.T) {
 
 func TestRenewInterval(t *testing.T) {
 	bl := &buildlockv1.BuildLock{}
-	if got := renewInterval(bl, 0); got != defaultExpiresAfter/3 {
+	if got := renewInterval(bl, 0); got != buildlockv1.DefaultExpiresAfter/3 {
 		t.Errorf("without expiresAfter: %s", got)
 	}
 	bl.Spec.ExpiresAfter = &metav1.Duration{Duration: 90e9}

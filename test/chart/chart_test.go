@@ -5,16 +5,10 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	. "github.com/onsi/gomega"
 
@@ -24,9 +18,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
@@ -36,7 +32,6 @@ import (
 
 	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
 	"github.com/buildlock/buildlock/internal/localcluster"
-	"github.com/buildlock/buildlock/internal/testenv"
 )
 
 const (
@@ -52,33 +47,26 @@ const (
 // TestChart installs the chart on a local control plane, runs the manager
 // binary as the chart's ServiceAccount, and drives a hand-off: the chart's
 // RBAC is enough. Then it shows that RBAC is not more than enough, and that
-// `helm uninstall` leaves nothing cluster-wide but the CRD.
+// `helm uninstall` leaves nothing cluster-wide but the CRDs (crds.keep).
 func TestChart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a control plane; skipped with -short")
 	}
 	h := requireHelm(t)
 	manager := buildManager(t)
-
-	// No CRD from config/: the chart's crds/ installs it.
-	c, err := localcluster.Start(localcluster.Options{WithoutCRDs: true})
-	if err != nil {
-		t.Fatal(err)
+	// Prometheus's ServiceAccount may read the metrics (metrics.readers);
+	// the admission policies stamp and check every claim.
+	values := []string{
+		"--set", "enforcement.enabled=true",
+		"--set", "metrics.readers[0].kind=ServiceAccount", "--set", "metrics.readers[0].name=prometheus",
+		"--set", "metrics.readers[0].namespace=monitoring",
 	}
-	t.Cleanup(func() {
-		if err := c.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
-	ctx := t.Context()
-	g := NewWithT(t)
-	g.SetDefaultEventuallyTimeout(30 * time.Second)
-	g.SetDefaultEventuallyPollingInterval(100 * time.Millisecond)
 
-	scheme := testenv.Scheme()
-	g.Expect(apiextensionsv1.AddToScheme(scheme)).To(Succeed())
-	admin, err := client.New(c.Config, client.Options{Scheme: scheme})
-	g.Expect(err).NotTo(HaveOccurred())
+	// No CRD from config/: the chart installs them.
+	c, admin := startCluster(t)
+	ctx := t.Context()
+	g := newG(t)
+	scheme := admin.Scheme()
 
 	// The release namespace enforces Pod Security "restricted", as a careful
 	// cluster would.
@@ -88,6 +76,8 @@ func TestChart(t *testing.T) {
 		}}},
 		{ObjectMeta: metav1.ObjectMeta{Name: pipelineNS}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}},
+		// Prometheus's.
+		{ObjectMeta: metav1.ObjectMeta{Name: "monitoring"}},
 	} {
 		g.Expect(admin.Create(ctx, ns)).To(Succeed())
 	}
@@ -97,68 +87,38 @@ func TestChart(t *testing.T) {
 		for name, values := range map[string][]string{
 			"defaults":           nil,
 			"watched namespaces": {"--set", "watchNamespaces={ci,team-a}", "--set", "replicaCount=2", "--set", "podDisruptionBudget.enabled=true"},
+			"enforcement":        {"--set", "enforcement.enabled=true"},
 		} {
-			t.Run(name, func(t *testing.T) {
-				manifests := h.template(t, append([]string{"--include-crds"}, values...)...)
-				cmd := c.Kubectl(ctx, "apply", "--dry-run=server", "-f", "-")
-				cmd.Stdin = strings.NewReader(manifests)
-				var stdout, stderr bytes.Buffer
-				cmd.Stdout, cmd.Stderr = &stdout, &stderr
-				if err := cmd.Run(); err != nil {
-					t.Fatalf("kubectl apply --dry-run=server refused the chart: %v\n%s%s", err, stderr.String(), stdout.String())
-				}
-				if strings.Contains(stderr.String(), "Warning") {
-					t.Errorf("kubectl apply --dry-run=server warned:\n%s", stderr.String())
-				}
-			})
+			t.Run(name, func(t *testing.T) { serverDryRun(t, c, h.template(t, values...)) })
 		}
 	})
 
 	t.Run("the manager's pod passes Pod Security restricted", func(t *testing.T) {
-		g := NewWithT(t)
-		var d appsv1.Deployment
-		find(t, parseObjects(t, h.template(t)), "Deployment", "buildlock", &d)
-		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: releaseNS, GenerateName: "buildlock-", Labels: d.Spec.Template.Labels},
-			Spec:       d.Spec.Template.Spec,
-		}
-		// The ServiceAccount does not exist yet; admission of a dry-run
-		// create checks the pod's security all the same.
-		g.Expect(admin.Create(ctx, pod, client.DryRunAll)).To(Succeed(), "the namespace enforces restricted")
+		expectRestrictedPod(t, admin, parseObjects(t, h.template(t)))
 	})
 
-	h.run(t, "install", release, "charts/buildlock", "--namespace", releaseNS, "--kubeconfig", c.Kubeconfig)
+	h.run(t, append([]string{"install", release, "charts/buildlock", "--namespace", releaseNS, "--kubeconfig", c.Kubeconfig}, values...)...)
 
-	g.Eventually(func(g Gomega) {
-		crd := &apiextensionsv1.CustomResourceDefinition{}
-		g.Expect(admin.Get(ctx, client.ObjectKey{Name: "buildlocks.buildlock.io"}, crd)).To(Succeed())
-		g.Expect(crd.Status.Conditions).To(ContainElement(And(
-			HaveField("Type", apiextensionsv1.Established), HaveField("Status", apiextensionsv1.ConditionTrue))))
-	}).Should(Succeed(), "helm installs the chart's CRD")
+	for _, crd := range configCRDs(t) {
+		g.Eventually(crdEstablished(ctx, admin, crd.Name)).Should(Succeed(), "helm installs the chart's CRDs")
+	}
+	// The API server compiles the mutating policy against the CRD's schema
+	// a moment after both exist, and refuses BuildLocks until then.
+	g.Eventually(func() error {
+		return admin.Create(ctx, claim("probe", "staging", "acme/probe", 1), client.DryRunAll)
+	}).Should(Succeed(), "the admission policies admit claims")
 
-	// A pipeline's ServiceAccount, bound to the chart's pipeline ClusterRole.
-	g.Expect(admin.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: pipelineNS, Name: pipelineSA}})).To(Succeed())
-	g.Expect(admin.Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: pipelineNS, Name: "pipeline-buildlock"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "buildlock-pipeline"},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: pipelineNS, Name: pipelineSA}},
-	})).To(Succeed())
-
+	asPipeline := bindPipeline(ctx, g, c, admin)
 	managerCfg := asServiceAccount(c.Config, releaseNS, managerSA)
-	pipelineCfg := asServiceAccount(c.Config, pipelineNS, pipelineSA)
 	asManager, err := client.New(managerCfg, client.Options{Scheme: scheme})
-	g.Expect(err).NotTo(HaveOccurred())
-	asPipeline, err := client.New(pipelineCfg, client.Options{Scheme: scheme})
 	g.Expect(err).NotTo(HaveOccurred())
 
 	// The manager runs with the chart's arguments, as the chart's
 	// ServiceAccount.
-	mgr := startManager(t, manager, chartArgs(t, h), managerCfg)
+	mgr := startManager(t, manager, chartArgs(t, h, values...), managerCfg)
 
 	t.Run("the chart's RBAC lets the manager elect a leader and hand a lock over", func(t *testing.T) {
-		g := NewWithT(t)
-		g.SetDefaultEventuallyTimeout(30 * time.Second)
-		g.SetDefaultEventuallyPollingInterval(100 * time.Millisecond)
+		g := newG(t)
 
 		g.Eventually(func(g Gomega) {
 			lease := &coordinationv1.Lease{}
@@ -167,6 +127,10 @@ func TestChart(t *testing.T) {
 		}).Should(Succeed(), "the manager holds the leader-election Lease in the release namespace")
 
 		handOff(ctx, g, admin, asPipeline, "staging", 41)
+		bl := &buildlockv1.BuildLock{}
+		g.Expect(admin.Get(ctx, client.ObjectKey{Namespace: pipelineNS, Name: "shop-main-41"}, bl)).To(Succeed())
+		g.Expect(bl.Spec.Requester).To(HaveValue(HaveField("Username", "system:serviceaccount:"+pipelineNS+":"+pipelineSA)),
+			"enforcement.enabled: the chart's admission policy stamps who created the claim")
 
 		g.Eventually(func(g Gomega) {
 			var events eventsv1.EventList
@@ -175,13 +139,44 @@ func TestChart(t *testing.T) {
 				HaveField("Regarding.Name", "web-main-41"), HaveField("Reason", buildlockv1.ReasonAcquired))))
 		}).Should(Succeed(), "the manager records events")
 
-		g.Eventually(func(g Gomega) {
-			body := get(g, fmt.Sprintf("http://%s/metrics", mgr.metricsAddr))
-			g.Expect(body).To(ContainSubstring("buildlock_grants_total"))
-		}).Should(Succeed(), "the metrics endpoint serves the operator's metrics")
 		g.Expect(get(g, fmt.Sprintf("http://%s/readyz", mgr.probeAddr))).To(Equal("ok"))
 
 		g.Expect(mgr.logs.String()).NotTo(ContainSubstring("forbidden"), "the manager was refused something it needs")
+	})
+
+	t.Run("the metrics endpoint serves the alerts' metrics, to Prometheus only", func(t *testing.T) {
+		g := newG(t)
+		// A build waits for staging, so that the per-lock gauges have a
+		// waiter to show.
+		waiter := claim("api-main-41", "staging", "acme/api", 41)
+		waiter.Spec.PodRef = nil
+		g.Expect(asPipeline.Create(ctx, waiter)).To(Succeed())
+		g.Eventually(phaseOf(ctx, admin, waiter.Name)).Should(Equal("Waiting"))
+
+		g.Expect(mgr.secure).To(BeTrue(), "the chart's default: metrics.secure")
+		prometheus := serviceAccountToken(ctx, g, admin, "monitoring", "prometheus")
+		stranger := serviceAccountToken(ctx, g, admin, "monitoring", "stranger")
+		for token, want := range map[string]int{"": http.StatusUnauthorized, stranger: http.StatusForbidden} {
+			code, body := mgr.scrape(g, token)
+			g.Expect(code).To(Equal(want), "a scrape without the right to get /metrics: %s", body)
+		}
+		var body string
+		g.Eventually(func(g Gomega) {
+			var code int
+			code, body = mgr.scrape(g, prometheus)
+			g.Expect(code).To(Equal(http.StatusOK), body)
+			g.Expect(body).To(ContainSubstring("buildlock_grants_total"))
+		}).Should(Succeed(), "the metrics endpoint serves the operator's metrics to Prometheus")
+
+		exposed := exposedMetrics(body)
+		for _, name := range alertMetrics(t, h) {
+			g.Expect(exposed).To(HaveKey(name), "the alerts use %s, which the manager does not expose", name)
+		}
+		g.Expect(asPipeline.Delete(ctx, waiter)).To(Succeed())
+	})
+
+	t.Run("helm test passes", func(t *testing.T) {
+		helmTest(t, h, c, admin, mgr)
 	})
 
 	t.Run("the chart's RBAC refuses the manager what it does not need", func(t *testing.T) {
@@ -198,7 +193,6 @@ func TestChart(t *testing.T) {
 			{Verb: "create", Group: "buildlock.io", Resource: "buildlocks", Namespace: pipelineNS},
 			{Verb: "update", Group: "buildlock.io", Resource: "buildlocks", Namespace: pipelineNS},
 			{Verb: "patch", Group: "buildlock.io", Resource: "buildlocks", Namespace: pipelineNS},
-			{Verb: "delete", Group: "coordination.k8s.io", Resource: "leases", Namespace: pipelineNS},
 			{Verb: "get", Group: "apps", Resource: "deployments", Namespace: pipelineNS},
 			{Verb: "create", Group: "rbac.authorization.k8s.io", Resource: "rolebindings", Namespace: pipelineNS},
 			{Verb: "update", Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"},
@@ -219,6 +213,38 @@ func TestChart(t *testing.T) {
 			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "c"}}},
 		})
 		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "creating a pod: %v", err)
+	})
+
+	t.Run("whoever may view a namespace sees its locks, whoever may edit it takes turns", func(t *testing.T) {
+		g := newG(t)
+		aggregateClusterRoles(ctx, g, admin)
+		for user, role := range map[string]string{"viewer": "view", "editor": "edit"} {
+			g.Expect(admin.Create(ctx, &rbacv1.RoleBinding{
+				ObjectMeta: metav1.ObjectMeta{Namespace: pipelineNS, Name: user},
+				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+				Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
+			})).To(Succeed())
+		}
+		asViewer, err := client.New(asUser(c.Config, "viewer"), client.Options{Scheme: scheme})
+		g.Expect(err).NotTo(HaveOccurred())
+		asEditor, err := client.New(asUser(c.Config, "editor"), client.Options{Scheme: scheme})
+		g.Expect(err).NotTo(HaveOccurred())
+
+		bl := &buildlockv1.BuildLock{}
+		g.Expect(asViewer.Get(ctx, client.ObjectKey{Namespace: pipelineNS, Name: "web-main-41"}, bl)).To(Succeed())
+		g.Expect(bl.Status.Holder).To(Equal("web-main-41"), "a viewer sees who holds staging")
+		g.Expect(asViewer.List(ctx, &buildlockv1.BuildLockPolicyList{}, client.InNamespace(pipelineNS))).To(Succeed())
+		for _, verb := range []string{"create", "patch", "delete"} {
+			g.Expect(allowed(ctx, g, asViewer, authorizationv1.ResourceAttributes{
+				Verb: verb, Group: "buildlock.io", Resource: "buildlocks", Namespace: pipelineNS,
+			})).To(BeFalse(), "a viewer must not %s buildlocks", verb)
+		}
+		g.Expect(allowed(ctx, g, asViewer, authorizationv1.ResourceAttributes{
+			Verb: "list", Group: "buildlock.io", Resource: "buildlocks", Namespace: "team-a",
+		})).To(BeFalse(), "view is bound in %s only", pipelineNS)
+		g.Expect(allowed(ctx, g, asEditor, authorizationv1.ResourceAttributes{
+			Verb: "create", Group: "buildlock.io", Resource: "buildlocks", Namespace: pipelineNS,
+		})).To(BeTrue(), "an editor may take turns")
 	})
 
 	t.Run("the pipeline role may take turns but not write verdicts", func(t *testing.T) {
@@ -245,11 +271,54 @@ func TestChart(t *testing.T) {
 
 	mgr.stop(t)
 
-	t.Run("with watchNamespaces the manager works on RoleBindings alone", func(t *testing.T) {
+	t.Run("with watchNamespaces the manager's rules on cluster-scoped resources are bound cluster-wide", func(t *testing.T) {
 		g := NewWithT(t)
-		g.SetDefaultEventuallyTimeout(30 * time.Second)
-		g.SetDefaultEventuallyPollingInterval(100 * time.Millisecond)
-		values := []string{"--set", "watchNamespaces={" + pipelineNS + "}"}
+		disc, err := discovery.NewDiscoveryClientForConfig(c.Config)
+		g.Expect(err).NotTo(HaveOccurred())
+		lists, err := disc.ServerPreferredResources()
+		g.Expect(err).NotTo(HaveOccurred())
+		namespaced := map[string]bool{} // "group/resource"
+		for _, list := range lists {
+			gv, err := schema.ParseGroupVersion(list.GroupVersion)
+			g.Expect(err).NotTo(HaveOccurred())
+			for _, r := range list.APIResources {
+				namespaced[gv.Group+"/"+r.Name] = r.Namespaced
+			}
+		}
+		var role rbacv1.ClusterRole
+		readYAML(t, "config/rbac/role.yaml", &role)
+		var want []string
+		for _, r := range role.Rules {
+			for _, group := range r.APIGroups {
+				for _, resource := range r.Resources {
+					base, _, _ := strings.Cut(resource, "/") // a subresource has its resource's scope
+					scoped, known := namespaced[group+"/"+base]
+					g.Expect(known).To(BeTrue(), "the API server serves no %s/%s", group, resource)
+					if !scoped {
+						want = append(want, group+"/"+resource)
+					}
+				}
+			}
+		}
+		var got []string
+		objs := parseObjects(t, h.template(t, "--set", "watchNamespaces={"+pipelineNS+"}"))
+		if len(want) > 0 {
+			var cluster rbacv1.ClusterRole
+			find(t, objs, "ClusterRole", "buildlock-manager-cluster", &cluster)
+			for _, r := range cluster.Rules {
+				for _, group := range r.APIGroups {
+					for _, resource := range r.Resources {
+						got = append(got, group+"/"+resource)
+					}
+				}
+			}
+		}
+		g.Expect(got).To(ConsistOf(want), "buildlock.clusterScopedManagerRules must pick exactly the cluster-scoped resources of role.yaml")
+	})
+
+	t.Run("with watchNamespaces the manager works on RoleBindings alone", func(t *testing.T) {
+		g := newG(t)
+		values := append(values, "--set", "watchNamespaces={"+pipelineNS+"}")
 		h.run(t, append([]string{"upgrade", release, "charts/buildlock", "--namespace", releaseNS, "--kubeconfig", c.Kubeconfig}, values...)...)
 		g.Expect(admin.Get(ctx, client.ObjectKey{Name: "buildlock-manager"}, &rbacv1.ClusterRoleBinding{})).
 			To(WithTransform(apierrors.IsNotFound, BeTrue()), "no ClusterRoleBinding when namespaces are watched")
@@ -267,11 +336,14 @@ func TestChart(t *testing.T) {
 		scoped.stop(t)
 	})
 
-	t.Run("helm uninstall leaves nothing cluster-wide but the CRD", func(t *testing.T) {
+	t.Run("helm uninstall leaves nothing cluster-wide but the CRDs", func(t *testing.T) {
 		g := NewWithT(t)
 		h.run(t, "uninstall", release, "--namespace", releaseNS, "--kubeconfig", c.Kubeconfig, "--wait")
-		g.Expect(admin.Get(ctx, client.ObjectKey{Name: "buildlocks.buildlock.io"}, &apiextensionsv1.CustomResourceDefinition{})).
-			To(Succeed(), "Helm keeps CRDs on uninstall")
+		// The API server registers every CRD's group version.
+		want := []string{"apiregistration.k8s.io/apiservices/v1alpha1.buildlock.io"}
+		for _, crd := range configCRDs(t) {
+			want = append(want, "apiextensions.k8s.io/customresourcedefinitions/"+crd.Name)
+		}
 		after := clusterScopedObjects(t, c.Config)
 		var leftovers []string
 		for key := range after {
@@ -280,11 +352,7 @@ func TestChart(t *testing.T) {
 			}
 		}
 		sort.Strings(leftovers)
-		g.Expect(leftovers).To(ConsistOf(
-			"apiextensions.k8s.io/customresourcedefinitions/buildlocks.buildlock.io",
-			// The API server registers every CRD's group version.
-			"apiregistration.k8s.io/apiservices/v1alpha1.buildlock.io",
-		))
+		g.Expect(leftovers).To(ConsistOf(want), "crds.keep keeps the CRDs, and nothing else stays")
 		var sas corev1.ServiceAccountList
 		g.Expect(admin.List(ctx, &sas, client.InNamespace(releaseNS), client.MatchingLabels{"app.kubernetes.io/instance": release})).To(Succeed())
 		g.Expect(sas.Items).To(BeEmpty())
@@ -301,6 +369,97 @@ func asServiceAccount(cfg *rest.Config, namespace, name string) *rest.Config {
 		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace},
 	}
 	return c
+}
+
+// bindPipeline creates the pipeline's ServiceAccount in pipelineNS, binds
+// it there to the buildlock-pipeline ClusterRole (the chart's and
+// config/rbac's), and returns a client acting as it.
+func bindPipeline(ctx context.Context, g Gomega, c *localcluster.Cluster, admin client.Client) client.Client {
+	g.Expect(admin.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: pipelineNS, Name: pipelineSA}})).To(Succeed())
+	g.Expect(admin.Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: pipelineNS, Name: "pipeline-buildlock"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "buildlock-pipeline"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: pipelineNS, Name: pipelineSA}},
+	})).To(Succeed())
+	asPipeline, err := client.New(asServiceAccount(c.Config, pipelineNS, pipelineSA), client.Options{Scheme: admin.Scheme()})
+	g.Expect(err).NotTo(HaveOccurred())
+	return asPipeline
+}
+
+// serverDryRun applies manifests with `kubectl apply --dry-run=server`: the
+// API server validates and admits every object (schemas, Pod Security)
+// without keeping them. A refusal or a warning fails the test.
+func serverDryRun(t *testing.T, c *localcluster.Cluster, manifests string) {
+	t.Helper()
+	cmd := c.Kubectl(t.Context(), "apply", "--dry-run=server", "-f", "-")
+	cmd.Stdin = strings.NewReader(manifests)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("kubectl apply --dry-run=server refused the manifests: %v\n%s%s", err, stderr.String(), stdout.String())
+	}
+	if strings.Contains(stderr.String(), "Warning") {
+		t.Errorf("kubectl apply --dry-run=server warned:\n%s", stderr.String())
+	}
+}
+
+// expectRestrictedPod creates, as a dry run, a pod of the manager
+// Deployment among objs in releaseNS, which enforces Pod Security
+// restricted.
+func expectRestrictedPod(t *testing.T, admin client.Client, objs []*unstructured.Unstructured) {
+	t.Helper()
+	var d appsv1.Deployment
+	find(t, objs, "Deployment", "buildlock", &d)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: releaseNS, GenerateName: "buildlock-", Labels: d.Spec.Template.Labels},
+		Spec:       d.Spec.Template.Spec,
+	}
+	// The ServiceAccount need not exist: the local control plane admits
+	// pods without checking it, and checks their security all the same.
+	if err := admin.Create(t.Context(), pod, client.DryRunAll); err != nil {
+		t.Fatalf("the manager's pod, in a namespace that enforces restricted: %v", err)
+	}
+}
+
+// asUser is cfg (an administrator's) impersonating a user.
+func asUser(cfg *rest.Config, name string) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.Impersonate = rest.ImpersonationConfig{UserName: name}
+	return c
+}
+
+// aggregateClusterRoles does what kube-controller-manager's
+// clusterrole-aggregation controller does, which a bare control plane does
+// not run: it sets the rules of every ClusterRole with an aggregationRule
+// (view, edit, admin) to the rules of the ClusterRoles its selectors pick,
+// until nothing changes (view is aggregated into edit, edit into admin).
+func aggregateClusterRoles(ctx context.Context, g Gomega, c client.Client) {
+	for changed := true; changed; {
+		changed = false
+		var roles rbacv1.ClusterRoleList
+		g.Expect(c.List(ctx, &roles)).To(Succeed())
+		for i := range roles.Items {
+			role := &roles.Items[i]
+			if role.AggregationRule == nil {
+				continue
+			}
+			var rules []rbacv1.PolicyRule
+			for _, sel := range role.AggregationRule.ClusterRoleSelectors {
+				selector, err := metav1.LabelSelectorAsSelector(&sel)
+				g.Expect(err).NotTo(HaveOccurred())
+				for _, other := range roles.Items {
+					if other.Name != role.Name && selector.Matches(labels.Set(other.Labels)) {
+						rules = append(rules, other.Rules...)
+					}
+				}
+			}
+			if !equality.Semantic.DeepEqual(normalizeRules(rules), normalizeRules(role.Rules)) {
+				role.Rules = rules
+				g.Expect(c.Update(ctx, role)).To(Succeed())
+				changed = true
+			}
+		}
+	}
 }
 
 // handOff plays a hand-off on target in pipelineNS: the pipeline's identity
@@ -388,95 +547,6 @@ func get(g Gomega, url string) string {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(resp.StatusCode).To(Equal(http.StatusOK), string(body))
 	return string(body)
-}
-
-// chartArgs returns the manager's arguments as the chart's Deployment sets
-// them.
-func chartArgs(t *testing.T, h *helmRunner, values ...string) []string {
-	t.Helper()
-	var d appsv1.Deployment
-	find(t, parseObjects(t, h.template(t, values...)), "Deployment", "buildlock", &d)
-	return d.Spec.Template.Spec.Containers[0].Args
-}
-
-// runningManager is the manager binary running against the local control
-// plane.
-type runningManager struct {
-	cmd                    *exec.Cmd
-	done                   chan error
-	logs                   *testenv.SyncBuffer
-	metricsAddr, probeAddr string
-	stopped                bool
-}
-
-// startManager runs the manager binary with the chart's arguments, as cfg's
-// identity. Three flags are added after the chart's (the last occurrence of
-// a flag wins): free local ports instead of :8080 and :8081, and the
-// release namespace for leader election, which the manager would read from
-// its pod's ServiceAccount mount in a cluster.
-func startManager(t *testing.T, bin string, args []string, cfg *rest.Config) *runningManager {
-	t.Helper()
-	kubeconfig := filepath.Join(t.TempDir(), "manager.kubeconfig")
-	if err := localcluster.WriteKubeconfig(kubeconfig, cfg, &cfg.Impersonate); err != nil {
-		t.Fatal(err)
-	}
-	m := &runningManager{done: make(chan error, 1), logs: &testenv.SyncBuffer{}, metricsAddr: freeAddr(t), probeAddr: freeAddr(t)}
-	args = append(args,
-		"--metrics-bind-address="+m.metricsAddr,
-		"--health-probe-bind-address="+m.probeAddr,
-		"--leader-election-namespace="+releaseNS,
-	)
-	m.cmd = exec.Command(bin, args...)
-	m.cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
-	m.cmd.Stdout, m.cmd.Stderr = m.logs, m.logs
-	if err := m.cmd.Start(); err != nil {
-		t.Fatalf("starting the manager: %v", err)
-	}
-	go func() { m.done <- m.cmd.Wait() }()
-	t.Cleanup(func() {
-		m.stop(t)
-		if t.Failed() {
-			t.Logf("manager logs:\n%s", m.logs.String())
-		}
-	})
-	t.Logf("manager started: %s %s", bin, strings.Join(args, " "))
-	return m
-}
-
-// stop ends the manager as the kubelet would, SIGTERM then SIGKILL, and
-// fails the test if it had exited on its own.
-func (m *runningManager) stop(t *testing.T) {
-	t.Helper()
-	if m.stopped {
-		return
-	}
-	m.stopped = true
-	select {
-	case err := <-m.done:
-		t.Errorf("the manager exited early: %v\n%s", err, m.logs.String())
-		return
-	default:
-	}
-	_ = m.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-m.done:
-		if err != nil {
-			t.Errorf("the manager failed to stop cleanly on SIGTERM: %v", err)
-		}
-	case <-time.After(20 * time.Second):
-		_ = m.cmd.Process.Kill()
-		t.Errorf("the manager did not stop within 20s of SIGTERM: %v", <-m.done)
-	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // allocatedByAPIServer are cluster-scoped resources that the API server

@@ -7,6 +7,7 @@ package chart
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -15,11 +16,17 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	. "github.com/onsi/gomega"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/buildlock/buildlock/internal/localcluster"
 	"github.com/buildlock/buildlock/internal/testenv"
 )
 
@@ -153,4 +160,70 @@ func readYAML(t *testing.T, rel string, out any) {
 	if err := utilyaml.Unmarshal(data, out); err != nil {
 		t.Fatalf("parsing %s: %v", rel, err)
 	}
+}
+
+// startCluster starts a local control plane without the CRDs (the chart or
+// the installer under test installs them), stopped when the test ends, and
+// returns it with an administrator's client.
+func startCluster(t *testing.T) (*localcluster.Cluster, client.Client) {
+	t.Helper()
+	c, err := localcluster.Start(localcluster.Options{WithoutCRDs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := c.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	scheme := testenv.Scheme()
+	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	admin, err := client.New(c.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, admin
+}
+
+// crdEstablished returns a poller that succeeds once the API server serves
+// the CRD name.
+func crdEstablished(ctx context.Context, c client.Client, name string) func() error {
+	return func() error {
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := c.Get(ctx, client.ObjectKey{Name: name}, crd); err != nil {
+			return err
+		}
+		for _, cond := range crd.Status.Conditions {
+			if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
+				return nil
+			}
+		}
+		return fmt.Errorf("CRD %s is not established yet", name)
+	}
+}
+
+// configCRDs returns the CRDs generated from api/, config/crd/bases.
+func configCRDs(t *testing.T) []apiextensionsv1.CustomResourceDefinition {
+	t.Helper()
+	paths, err := filepath.Glob(filepath.Join(repoRoot(t), "config", "crd", "bases", "*.yaml"))
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no CRDs in config/crd/bases (run `make manifests`): %v", err)
+	}
+	crds := make([]apiextensionsv1.CustomResourceDefinition, len(paths))
+	for i, p := range paths {
+		rel, _ := filepath.Rel(repoRoot(t), p)
+		readYAML(t, rel, &crds[i])
+	}
+	return crds
+}
+
+// newG returns a Gomega for t whose Eventually waits up to 30 seconds, long
+// enough for a loaded machine, polling every 100 ms.
+func newG(t *testing.T) Gomega {
+	g := NewWithT(t)
+	g.SetDefaultEventuallyTimeout(30 * time.Second)
+	g.SetDefaultEventuallyPollingInterval(100 * time.Millisecond)
+	return g
 }

@@ -12,6 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
 )
@@ -47,9 +48,10 @@ func ruleKey(r rbacv1.PolicyRule) string {
 // in every namespace mode. `make verify-chart` runs it.
 func TestRenderedRBACMatchesConfig(t *testing.T) {
 	h := requireHelm(t)
-	var generated, pipeline rbacv1.ClusterRole
+	var generated, pipeline, view rbacv1.ClusterRole
 	readYAML(t, "config/rbac/role.yaml", &generated)
 	readYAML(t, "config/rbac/pipeline_role.yaml", &pipeline)
+	readYAML(t, "config/rbac/view_role.yaml", &view)
 
 	for name, values := range map[string][]string{
 		"all namespaces":       nil,
@@ -74,29 +76,74 @@ func TestRenderedRBACMatchesConfig(t *testing.T) {
 			for _, r := range pipe.Rules {
 				g.Expect(r.Resources).NotTo(ContainElement(HaveSuffix("/status")), "pipelines must not write verdicts")
 			}
+			var election, electionWant rbacv1.Role
+			readYAML(t, "config/rbac/leader_election_role.yaml", &electionWant)
+			find(t, objs, "Role", fullname+"-leader-election", &election)
+			g.Expect(normalizeRules(election.Rules)).To(Equal(normalizeRules(electionWant.Rules)),
+				"the chart's leader-election Role must grant exactly config/rbac/leader_election_role.yaml's rules")
+			var viewer rbacv1.ClusterRole
+			find(t, objs, "ClusterRole", fullname+"-view", &viewer)
+			g.Expect(normalizeRules(viewer.Rules)).To(Equal(normalizeRules(view.Rules)),
+				"the chart's view ClusterRole must grant exactly config/rbac/view_role.yaml's rules; run `make chart-sync`")
 		})
 	}
 }
 
-// TestRenderedChartCRDsMatchConfig proves that the chart installs the CRD
-// generated from api/ (byte for byte, as `make chart-sync` copies it).
+// TestRenderedChartCRDsMatchConfig proves that the chart's copies of the
+// CRDs are config/crd/bases' (byte for byte, as `make chart-sync` copies
+// them), that the chart renders them as templates (so that `helm upgrade`
+// updates them) with the same spec, kept on uninstall unless crds.keep is
+// false, and not at all with crds.install false.
 func TestRenderedChartCRDsMatchConfig(t *testing.T) {
 	root := repoRoot(t)
-	want, err := filepath.Glob(filepath.Join(root, "config", "crd", "bases", "*.yaml"))
-	if err != nil || len(want) == 0 {
-		t.Fatalf("no CRDs in config/crd/bases: %v", err)
-	}
-	got, _ := filepath.Glob(filepath.Join(root, "charts", "buildlock", "crds", "*.yaml"))
+	want := configCRDs(t)
+	got, _ := filepath.Glob(filepath.Join(root, "charts", "buildlock", "files", "crds", "*.yaml"))
 	if len(got) != len(want) {
-		t.Fatalf("charts/buildlock/crds has %d files, config/crd/bases %d; run `make chart-sync`", len(got), len(want))
+		t.Fatalf("charts/buildlock/files/crds has %d files, config/crd/bases %d; run `make chart-sync`", len(got), len(want))
 	}
-	for _, w := range want {
+	bases, _ := filepath.Glob(filepath.Join(root, "config", "crd", "bases", "*.yaml"))
+	for _, w := range bases {
 		a, _ := os.ReadFile(w)
-		b, err := os.ReadFile(filepath.Join(root, "charts", "buildlock", "crds", filepath.Base(w)))
+		b, err := os.ReadFile(filepath.Join(root, "charts", "buildlock", "files", "crds", filepath.Base(w)))
 		if err != nil || string(a) != string(b) {
-			t.Errorf("charts/buildlock/crds/%s differs from config/crd/bases; run `make chart-sync`", filepath.Base(w))
+			t.Errorf("charts/buildlock/files/crds/%s differs from config/crd/bases; run `make chart-sync`", filepath.Base(w))
 		}
 	}
+	if _, err := os.Stat(filepath.Join(root, "charts", "buildlock", "crds")); err == nil {
+		t.Error("charts/buildlock/crds exists: Helm installs CRDs from there once and never upgrades them")
+	}
+
+	h := requireHelm(t)
+	for name, tc := range map[string]struct {
+		set  []string
+		keep bool
+	}{
+		"by default, kept on uninstall": {nil, true},
+		"with crds.keep=false":          {[]string{"--set", "crds.keep=false"}, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			objs := parseObjects(t, h.template(t, tc.set...))
+			for _, w := range want {
+				var crd apiextensionsv1.CustomResourceDefinition
+				find(t, objs, "CustomResourceDefinition", w.Name, &crd)
+				g.Expect(crd.Spec).To(Equal(w.Spec), "%s: the rendered spec must be config/crd/bases'", w.Name)
+				if tc.keep {
+					g.Expect(crd.Annotations).To(HaveKeyWithValue("helm.sh/resource-policy", "keep"))
+				} else {
+					g.Expect(crd.Annotations).NotTo(HaveKey("helm.sh/resource-policy"))
+				}
+				for k, v := range w.Annotations {
+					g.Expect(crd.Annotations).To(HaveKeyWithValue(k, v))
+				}
+			}
+			g.Expect(kinds(objs)).To(HaveKeyWithValue("CustomResourceDefinition", len(want)))
+		})
+	}
+	t.Run("crds.install=false renders none", func(t *testing.T) {
+		NewWithT(t).Expect(kinds(parseObjects(t, h.template(t, "--set", "crds.install=false")))).
+			NotTo(HaveKey("CustomResourceDefinition"))
+	})
 }
 
 // TestRenderedChartValues checks what each value is for, on the rendered
@@ -108,8 +155,13 @@ func TestRenderedChartValues(t *testing.T) {
 		g := NewWithT(t)
 		objs := parseObjects(t, h.template(t))
 		g.Expect(kinds(objs)).To(Equal(map[string]int{
-			"ServiceAccount": 1, "ClusterRole": 2, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1,
-			"Service": 1, "Deployment": 1,
+			// manager, pipeline, view, metrics-auth, metrics-reader
+			"ClusterRole": 5,
+			// manager, metrics-auth; and the helm test's binding to metrics-reader
+			"ClusterRoleBinding": 3,
+			// the manager's; and the helm test's
+			"ServiceAccount": 2, "Pod": 1,
+			"Role": 1, "RoleBinding": 1, "Service": 1, "Deployment": 1, "CustomResourceDefinition": 2,
 		}))
 		var d appsv1.Deployment
 		find(t, objs, "Deployment", "buildlock", &d)
@@ -118,7 +170,7 @@ func TestRenderedChartValues(t *testing.T) {
 		g.Expect(pod.ServiceAccountName).To(Equal("buildlock"))
 		g.Expect(pod.Containers).To(HaveLen(1))
 		c := pod.Containers[0]
-		g.Expect(c.Args).To(ContainElements("--leader-elect=true", "--metrics-bind-address=:8080", "--health-probe-bind-address=:8081"))
+		g.Expect(c.Args).To(ContainElements("--leader-elect=true", "--metrics-bind-address=:8443", "--health-probe-bind-address=:8081"))
 		g.Expect(c.Args).NotTo(ContainElement(HavePrefix("--namespaces")))
 		g.Expect(c.LivenessProbe.HTTPGet.Path).To(Equal("/healthz"))
 		g.Expect(c.ReadinessProbe.HTTPGet.Path).To(Equal("/readyz"))
@@ -148,7 +200,12 @@ func TestRenderedChartValues(t *testing.T) {
 	t.Run("watchNamespaces: --namespaces and a RoleBinding per namespace instead of a ClusterRoleBinding", func(t *testing.T) {
 		g := NewWithT(t)
 		objs := parseObjects(t, h.template(t, "--set", "watchNamespaces={ci,team-a}"))
-		g.Expect(kinds(objs)).NotTo(HaveKey("ClusterRoleBinding"))
+		for _, o := range objs {
+			if o.GetKind() == "ClusterRoleBinding" {
+				roleRef, _, _ := unstructured.NestedStringMap(o.Object, "roleRef")
+				g.Expect(roleRef["name"]).NotTo(Equal("buildlock-manager"), "the manager's rules are bound per namespace only")
+			}
+		}
 		var d appsv1.Deployment
 		find(t, objs, "Deployment", "buildlock", &d)
 		g.Expect(d.Spec.Template.Spec.Containers[0].Args).To(ContainElement("--namespaces=ci,team-a"))
@@ -201,4 +258,89 @@ func TestRenderedChartValues(t *testing.T) {
 	t.Run("helm lint --strict passes", func(t *testing.T) {
 		h.run(t, "lint", "--strict", "charts/buildlock")
 	})
+}
+
+// TestHelmTemplateWithoutKubeVersion: the helm that `make` builds reports a
+// Kubernetes version the chart's kubeVersion accepts (Helm's release builds
+// set it with -ldflags; a plain `go install` build reports v1.20), so that
+// `helm template` works as people type it.
+func TestHelmTemplateWithoutKubeVersion(t *testing.T) {
+	h := requireHelm(t)
+	if _, err := h.try("template", release, "charts/buildlock"); err != nil {
+		t.Fatalf("helm template without --kube-version: %v\n(is $HELM built by `make`, with Helm's -ldflags?)", err)
+	}
+}
+
+// TestRenderedAggregationToView: whoever holds the built-in view role may
+// see the locks (who holds staging, who waits) and their policies, and the
+// rules aggregated into view write nothing.
+func TestRenderedAggregationToView(t *testing.T) {
+	h := requireHelm(t)
+	g := NewWithT(t)
+	var aggregated []rbacv1.PolicyRule
+	for _, o := range parseObjects(t, h.template(t)) {
+		if o.GetKind() == "ClusterRole" && o.GetLabels()["rbac.authorization.k8s.io/aggregate-to-view"] == "true" {
+			var r rbacv1.ClusterRole
+			find(t, []*unstructured.Unstructured{o}, "ClusterRole", o.GetName(), &r)
+			aggregated = append(aggregated, r.Rules...)
+		}
+	}
+	for _, resource := range []string{"buildlocks", "buildlockpolicies"} {
+		for _, verb := range []string{"get", "list", "watch"} {
+			g.Expect(grants(aggregated, "buildlock.io", resource, verb)).To(BeTrue(), "view must %s %s", verb, resource)
+		}
+	}
+	for _, r := range aggregated {
+		g.Expect(r.Verbs).To(HaveEach(BeElementOf("get", "list", "watch")), "view is read-only: %+v", r)
+	}
+}
+
+// grants reports whether rules allow verb on group/resource.
+func grants(rules []rbacv1.PolicyRule, group, resource, verb string) bool {
+	for _, r := range rules {
+		if slices.Contains(r.APIGroups, group) && slices.Contains(r.Resources, resource) &&
+			(slices.Contains(r.Verbs, verb) || slices.Contains(r.Verbs, "*")) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestRenderedEnforcement: with enforcement.enabled the chart installs
+// exactly the admission policies of config/enforcement (through its copies,
+// which `make verify-chart` compares), and none without.
+func TestRenderedEnforcement(t *testing.T) {
+	h := requireHelm(t)
+	g := NewWithT(t)
+	g.Expect(kinds(parseObjects(t, h.template(t)))).NotTo(HaveKey(HaveSuffix("AdmissionPolicy")))
+
+	var want []map[string]any
+	files, err := filepath.Glob(filepath.Join(repoRoot(t), "config", "enforcement", "*.yaml"))
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		g.Expect(err).NotTo(HaveOccurred())
+		for _, o := range parseObjects(t, string(data)) {
+			want = append(want, o.Object)
+		}
+	}
+	g.Expect(want).NotTo(BeEmpty())
+	var got []map[string]any
+	var guard []string
+	for _, o := range parseObjects(t, h.template(t, "--set", "enforcement.enabled=true")) {
+		switch {
+		case strings.HasSuffix(o.GetName(), "-bindings-guard"):
+			guard = append(guard, o.GetKind())
+			if o.GetKind() == "ValidatingAdmissionPolicy" {
+				conditions, _, _ := unstructured.NestedSlice(o.Object, "spec", "matchConditions")
+				g.Expect(conditions).To(ContainElement(HaveKeyWithValue("expression", ContainSubstring(
+					"'system:serviceaccount:buildlock-system:buildlock'"))), "the guard applies to the operator's ServiceAccount")
+			}
+		case strings.HasPrefix(o.GetAPIVersion(), "admissionregistration.k8s.io/"):
+			got = append(got, o.Object)
+		}
+	}
+	g.Expect(got).To(ConsistOf(want), "the chart's policies must be config/enforcement's; run `make chart-sync`")
+	g.Expect(guard).To(ConsistOf("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"),
+		"a guard keeps the operator from binding any other admission policy")
 }

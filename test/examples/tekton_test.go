@@ -49,9 +49,18 @@ type tektonNamed struct {
 }
 
 type tektonEnvVar struct {
-	Name  string `json:"name"`
-	Value string `json:"value"`
+	Name      string `json:"name"`
+	Value     string `json:"value,omitempty"`
+	ValueFrom *struct {
+		FieldRef struct {
+			FieldPath string `json:"fieldPath"`
+		} `json:"fieldRef"`
+	} `json:"valueFrom,omitempty"`
 }
+
+// tektonPodUID is the pod UID the emulated steps see through the downward
+// API (valueFrom.fieldRef metadata.uid).
+const tektonPodUID = "6f1c7a2e-5b1d-4c6e-9a0b-2f9d3c4e5a6b"
 
 type tektonStep struct {
 	Name       string         `json:"name"`
@@ -321,7 +330,14 @@ func runTektonTask(t *testing.T, s *stubs, task tektonTask, runName string, give
 			"KUBERNETES_SERVICE_HOST=10.96.0.1",
 		}, env...)...)
 		for _, e := range step.Env {
-			stepEnv = append(stepEnv, e.Name+"="+tektonSubst(e.Value, vars))
+			switch {
+			case e.ValueFrom == nil:
+				stepEnv = append(stepEnv, e.Name+"="+tektonSubst(e.Value, vars))
+			case e.ValueFrom.FieldRef.FieldPath == "metadata.uid":
+				stepEnv = append(stepEnv, e.Name+"="+tektonPodUID)
+			default:
+				t.Fatalf("step %s: env %s from %q, which the emulation does not know", step.Name, e.Name, e.ValueFrom.FieldRef.FieldPath)
+			}
 		}
 		wd := tektonSubst(step.WorkingDir, vars)
 		if wd == "" {

@@ -34,7 +34,7 @@ Labels on every object.
 {{- define "buildlock.labels" -}}
 helm.sh/chart: {{ include "buildlock.chart" . }}
 {{ include "buildlock.selectorLabels" . }}
-app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
+app.kubernetes.io/version: {{ include "buildlock.imageTag" . | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: buildlock
 {{- end }}
@@ -55,8 +55,16 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 {{- end }}
 
+{{/*
+The image tag: image.tag, else the chart's appVersion. toString, because
+`--set image.tag=20260115` gives the template an integer.
+*/}}
+{{- define "buildlock.imageTag" -}}
+{{- .Values.image.tag | default .Chart.AppVersion | toString }}
+{{- end }}
+
 {{- define "buildlock.image" -}}
-{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- printf "%s:%s" .Values.image.repository (include "buildlock.imageTag" .) }}
 {{- end }}
 
 {{/*
@@ -69,4 +77,54 @@ rules, it renders the copies `make chart-sync` takes of config/rbac.
 {{- fail (printf "%s holds no rules; run `make chart-sync`" .file) }}
 {{- end }}
 {{- toYaml $role.rules }}
+{{- end }}
+
+{{/*
+The rules of the manager's role (files/rbac/role.yaml) on cluster-scoped
+resources: namespaces, admission policy bindings. A RoleBinding cannot grant
+those, so with watchNamespaces they are bound cluster-wide on their own.
+TestChart checks this list against the API server's discovery.
+*/}}
+{{- define "buildlock.clusterScopedManagerRules" -}}
+{{- $clusterScoped := list "namespaces" "nodes" "persistentvolumes" "customresourcedefinitions" "clusterroles" "clusterrolebindings" "validatingadmissionpolicies" "validatingadmissionpolicybindings" "mutatingadmissionpolicies" "mutatingadmissionpolicybindings" "validatingwebhookconfigurations" "mutatingwebhookconfigurations" "tokenreviews" "subjectaccessreviews" }}
+{{- $role := .Files.Get "files/rbac/role.yaml" | fromYaml }}
+{{- $rules := list }}
+{{- range $role.rules }}
+{{- $resources := list }}
+{{- range .resources }}
+{{- if has (first (splitList "/" .)) $clusterScoped }}
+{{- $resources = append $resources . }}
+{{- end }}
+{{- end }}
+{{- if $resources }}
+{{- $rules = append $rules (dict "apiGroups" .apiGroups "resources" $resources "verbs" .verbs) }}
+{{- end }}
+{{- end }}
+{{- if $rules }}
+{{- toYaml $rules }}
+{{- end }}
+{{- end }}
+
+{{/*
+The seconds of an hours-minutes-seconds duration ("1h30m" is 5400), for
+alert thresholds: PromQL compares numbers, and the schema keeps thresholds
+to that form.
+*/}}
+{{- define "buildlock.seconds" -}}
+{{- $total := 0 }}
+{{- range regexFindAll "[0-9]+[hms]" . -1 }}
+{{- $n := regexFind "[0-9]+" . | atoi }}
+{{- $total = add $total (mul $n (get (dict "h" 3600 "m" 60 "s" 1) (trimPrefix (toString $n) .))) }}
+{{- end }}
+{{- $total }}
+{{- end }}
+
+{{/*
+An alert's labels: its severity and prometheusRule.alertLabels.
+*/}}
+{{- define "buildlock.alertLabels" -}}
+severity: {{ .severity }}
+{{- with .extra }}
+{{ toYaml . }}
+{{- end }}
 {{- end }}

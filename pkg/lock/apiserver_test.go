@@ -1,0 +1,344 @@
+package lock
+
+// The tests in this file run against a real API server and etcd
+// (internal/testenv: envtest with the CRDs of config/crd/bases), without an
+// operator: where a test needs a verdict, it writes the claim's status
+// itself, as the operator would. The server starts on the first test that
+// needs it and stops in TestMain.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilrand "k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
+	"github.com/buildlock/buildlock/internal/testenv"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if server != nil {
+		if err := server.Stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "stopping the API server: %v\n", err)
+		}
+	}
+	os.Exit(code)
+}
+
+var (
+	serverOnce sync.Once
+	serverErr  error
+	server     *envtest.Environment
+	serverCfg  *rest.Config
+)
+
+// apiServer starts the API server once and returns a direct client to it
+// and a namespace of the test's own.
+func apiServer(t *testing.T) (client.WithWatch, string) {
+	t.Helper()
+	serverOnce.Do(func() {
+		if server, serverErr = testenv.New(); serverErr != nil {
+			return
+		}
+		serverCfg, serverErr = server.Start()
+	})
+	if serverErr != nil {
+		t.Fatalf("starting the API server (run `make envtest` to build bin/k8s): %v", serverErr)
+	}
+	c, err := NewClient(serverCfg)
+	must(t, err)
+	ns := "lock-" + utilrand.String(6)
+	must(t, c.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	return c, ns
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTheAPIServerAgreesWithValidate sends every validation case to the API
+// server (a dry-run create) and checks that it accepts exactly the claims
+// Validate accepts, and refuses the others as invalid.
+func TestTheAPIServerAgreesWithValidate(t *testing.T) {
+	c, ns := apiServer(t)
+	for name, tc := range validationCases {
+		t.Run(name, func(t *testing.T) {
+			claim := validClaim
+			tc.change(&claim)
+			claim.Namespace = ns
+			clientErr := claim.Validate()
+			apiErr := c.Create(context.Background(), claim.BuildLock(), client.DryRunAll)
+			switch {
+			case clientErr == nil && apiErr != nil:
+				t.Errorf("Validate accepts the claim; the API server refuses it: %v", apiErr)
+			case clientErr != nil && apiErr == nil:
+				t.Errorf("the API server accepts the claim; Validate refuses it: %v", clientErr)
+			case apiErr != nil && !apierrors.IsInvalid(apiErr):
+				t.Errorf("the API server refuses the claim for another reason than its content: %v", apiErr)
+			}
+		})
+	}
+}
+
+// setStatus writes bl's status as the operator would.
+func setStatus(t *testing.T, c client.Client, bl *buildlockv1.BuildLock, s buildlockv1.BuildLockStatus) {
+	t.Helper()
+	ctx := context.Background()
+	for {
+		must(t, c.Get(ctx, client.ObjectKeyFromObject(bl), bl))
+		bl.Status = s
+		err := c.Status().Update(ctx, bl)
+		if !apierrors.IsConflict(err) {
+			must(t, err)
+			return
+		}
+	}
+}
+
+func held(token int64) buildlockv1.BuildLockStatus {
+	now := metav1Now()
+	return buildlockv1.BuildLockStatus{Phase: buildlockv1.PhaseHeld, Reason: buildlockv1.ReasonAcquired, FencingToken: token, AcquiredAt: &now}
+}
+
+func queued(ago time.Duration, ahead string) buildlockv1.BuildLockStatus {
+	at := metav1Now()
+	at.Time = at.Add(-ago)
+	return buildlockv1.BuildLockStatus{Phase: buildlockv1.PhaseWaiting, Reason: buildlockv1.ReasonQueued, QueuedAt: &at,
+		Message: "Queued behind " + ahead + "."}
+}
+
+// create creates the claim of build of repo on staging in ns, by run.
+func create(t *testing.T, c client.Client, ns, repo string, build int64, run string) *buildlockv1.BuildLock {
+	t.Helper()
+	bl := Claim{Namespace: ns, Target: "staging", Repo: repo, Branch: "main", Build: build, RunID: run}.BuildLock()
+	must(t, c.Create(context.Background(), bl))
+	return bl
+}
+
+func TestStatusReadsPoliciesAndTheQueue(t *testing.T) {
+	c, ns := apiServer(t)
+	ctx := context.Background()
+	shop := create(t, c, ns, "acme/shop", 41, "1")
+	setStatus(t, c, shop, held(5))
+	api := create(t, c, ns, "acme/api", 3, "2")
+	setStatus(t, c, api, queued(4*time.Minute, shop.Name))
+	web := create(t, c, ns, "acme/web", 7, "3")
+	setStatus(t, c, web, queued(2*time.Minute, api.Name))
+	create(t, c, ns, "acme/docs", 1, "4") // Pending: the operator has not decided yet
+	must(t, c.Create(ctx, &buildlockv1.BuildLockPolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "staging"},
+		Spec:       buildlockv1.BuildLockPolicySpec{Ordering: buildlockv1.OrderingQueue},
+	}))
+
+	for _, target := range []string{"", "staging"} {
+		locks, err := Status(ctx, c, ns, target)
+		must(t, err)
+		if len(locks) != 1 {
+			t.Fatalf("Status(%q) = %d locks, want 1", target, len(locks))
+		}
+		l := locks[0]
+		var queue []string
+		for _, q := range l.Queue {
+			queue = append(queue, fmt.Sprintf("%d:%s", q.Position, q.Repo))
+		}
+		if l.Ordering != buildlockv1.OrderingQueue || l.Holder == nil || l.Holder.Name != shop.Name || l.Holder.FencingToken != 5 ||
+			!slices.Equal(queue, []string{"1:acme/api", "2:acme/web", "3:acme/docs"}) || len(l.Claims) != 4 {
+			t.Errorf("Status(%q) = ordering %s, holder %+v, queue %v, %d claims", target, l.Ordering, l.Holder, queue, len(l.Claims))
+		}
+	}
+	if locks, err := Status(ctx, c, ns, "prod"); err != nil || len(locks) != 0 {
+		t.Errorf("Status(prod) = %v, %v; want no lock", locks, err)
+	}
+
+	// A reader without rights on policies still sees the locks.
+	user, err := server.AddUser(envtest.User{Name: "claims-only-" + ns}, nil)
+	must(t, err)
+	must(t, grant(ctx, ns, "claims-only-"+ns, "buildlocks"))
+	reader, err := NewClient(user.Config())
+	must(t, err)
+	var warnings []error
+	locks, err := Status(ctx, reader, ns, "staging", WithErrorHandler(func(err error) { warnings = append(warnings, err) }))
+	must(t, err)
+	if len(locks) != 1 || locks[0].Ordering != "" || len(warnings) != 1 || !apierrors.IsForbidden(warnings[0]) {
+		t.Errorf("without rights on policies: %d locks, ordering %q, warnings %v", len(locks), locks[0].Ordering, warnings)
+	}
+}
+
+func metav1Now() metav1.MicroTime { return metav1.NewMicroTime(time.Now()) }
+
+// grant gives user get, list and watch on resource of buildlock.io in ns.
+func grant(ctx context.Context, ns, user, resource string) error {
+	c, err := client.New(serverCfg, client.Options{Scheme: testenv.Scheme()})
+	if err != nil {
+		return err
+	}
+	return errors.Join(
+		c.Create(ctx, &rbacv1.Role{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: user},
+			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{buildlockv1.GroupVersion.Group}, Resources: []string{resource}, Verbs: []string{"get", "list", "watch"}}},
+		}),
+		c.Create(ctx, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: user},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: user},
+			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: user}},
+		}),
+	)
+}
+
+// TestAcquireFollowsItsPlaceAndTheRunsOfItsBuild drives one acquisition by
+// hand: its place in a queue as the claims ahead leave, a second run of the
+// same build refused while the first waits, the hold, and the hold lost to
+// a force-release.
+func TestAcquireFollowsItsPlaceAndTheRunsOfItsBuild(t *testing.T) {
+	c, ns := apiServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	shop := create(t, c, ns, "acme/shop", 41, "1")
+	setStatus(t, c, shop, held(5))
+	api := create(t, c, ns, "acme/api", 3, "2")
+	setStatus(t, c, api, queued(4*time.Minute, shop.Name))
+
+	claim := Claim{Namespace: ns, Target: "staging", Repo: "acme/web", Branch: "main", Build: 7, RunID: "run-1"}
+	places := make(chan Place, 10)
+	type result struct {
+		h   *Hold
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		h, err := AcquireHold(ctx, c, claim, WithObserver(func(ev Event) {
+			if ev.Place != nil {
+				places <- *ev.Place
+			}
+		}))
+		done <- result{h, err}
+	}()
+	nextPlace := func(want Place) {
+		t.Helper()
+		select {
+		case got := <-places:
+			if got != want {
+				t.Errorf("place %+v, want %+v", got, want)
+			}
+		case r := <-done:
+			t.Fatalf("AcquireHold returned %v, %v while it should wait", r.h, r.err)
+		case <-ctx.Done():
+			t.Fatalf("no place %+v", want)
+		}
+	}
+	web := &buildlockv1.BuildLock{}
+	web.Namespace, web.Name = ns, Name(claim)
+	waitFor(t, func() bool { return c.Get(ctx, client.ObjectKeyFromObject(web), web) == nil })
+	if RunIDOf(web) != "run-1" {
+		t.Errorf("the claim's run id is %q, want run-1", RunIDOf(web))
+	}
+	setStatus(t, c, web, queued(0, api.Name))
+	nextPlace(Place{Position: 2, Waiting: 2, Ahead: api.Name, Holder: shop.Name, Token: 5})
+	must(t, c.Delete(ctx, api))
+	nextPlace(Place{Position: 1, Waiting: 1, Holder: shop.Name, Token: 5})
+
+	// Another run of build 7 is refused while this one waits; this run
+	// attaches to its own claim.
+	rerun := claim
+	rerun.RunID = "run-2"
+	_, err := AcquireHold(ctx, c, rerun)
+	var other *ClaimedByAnotherRunError
+	if !errors.As(err, &other) || other.BuildLock.Name != web.Name || RunIDOf(other.BuildLock) != "run-1" {
+		t.Errorf("a second run: %v, want ErrClaimedByAnotherRun naming %s", err, web.Name)
+	}
+	if bl, attached, err := createOrAttach(ctx, c, claim, newOptions(nil)); err != nil || !attached || bl.UID != web.UID {
+		t.Errorf("the same run: attached %v to %v, %v; want its claim %s", attached, bl, err, web.UID)
+	}
+
+	setStatus(t, c, web, held(6))
+	r := <-done
+	must(t, r.err)
+	if r.h.Token != 6 || r.h.UID != web.UID {
+		t.Errorf("hold %+v, want token 6 on %s", r.h, web.UID)
+	}
+
+	lost := make(chan error, 1)
+	go func() { lost <- r.h.WaitLost(ctx) }()
+	holdCtx, stop := r.h.Context(ctx)
+	defer stop()
+	s := held(6)
+	s.Phase, s.Reason, s.Message = buildlockv1.PhaseReleased, buildlockv1.ReasonForceReleased, "alice: stuck"
+	setStatus(t, c, web, s)
+	var lostErr *LostError
+	if err := <-lost; !errors.As(err, &lostErr) || lostErr.Reason != buildlockv1.ReasonForceReleased {
+		t.Errorf("WaitLost() = %v, want a LostError with reason ForceReleased", err)
+	}
+	<-holdCtx.Done()
+	if cause := context.Cause(holdCtx); !errors.Is(cause, ErrLost) {
+		t.Errorf("the hold's context ended with %v, want ErrLost", cause)
+	}
+	must(t, r.h.Release(ctx))
+	if err := c.Get(ctx, client.ObjectKeyFromObject(web), &buildlockv1.BuildLock{}); !apierrors.IsNotFound(err) {
+		t.Errorf("after Release, reading the claim: %v, want NotFound", err)
+	}
+}
+
+// TestAnotherRunsFinishedClaimIsReplaced checks that a run takes over the
+// name of a finished claim of its build left by another run, deleting
+// exactly the version it read.
+func TestAnotherRunsFinishedClaimIsReplaced(t *testing.T) {
+	c, ns := apiServer(t)
+	ctx := context.Background()
+	first := create(t, c, ns, "acme/shop", 8, "run-1")
+	setStatus(t, c, first, buildlockv1.BuildLockStatus{Phase: buildlockv1.PhaseSuperseded, Reason: buildlockv1.ReasonDuplicateBuild})
+
+	var replaced []*buildlockv1.BuildLock
+	o := newOptions([]Option{WithObserver(func(ev Event) {
+		if ev.Type == EventReplaced {
+			replaced = append(replaced, ev.BuildLock)
+		}
+	})})
+	claim := Claim{Namespace: ns, Target: "staging", Repo: "acme/shop", Branch: "main", Build: 8, RunID: "run-2"}
+	bl, attached, err := createOrAttach(ctx, c, claim, o)
+	must(t, err)
+	if attached || bl.UID == first.UID || bl.Name != first.Name || RunIDOf(bl) != "run-2" {
+		t.Errorf("claimed %s/%s (uid %s, run %q, attached %v), want a new claim of run-2 under %s", bl.Namespace, bl.Name, bl.UID, RunIDOf(bl), attached, first.Name)
+	}
+	if len(replaced) != 1 || replaced[0].UID != first.UID {
+		t.Errorf("replaced %v, want the first run's claim", replaced)
+	}
+
+	// A delete guarded by an old resourceVersion does not happen.
+	stale := bl.DeepCopy()
+	must(t, Renew(ctx, c, bl))
+	if _, err := deleteClaim(ctx, c, stale, true); !apierrors.IsConflict(err) {
+		t.Errorf("deleting a changed claim by its old version: %v, want a conflict", err)
+	}
+	if c.Get(ctx, client.ObjectKeyFromObject(bl), &buildlockv1.BuildLock{}) != nil {
+		t.Error("the claim was deleted although it changed")
+	}
+}
+
+// waitFor polls cond every 20ms for up to 30s.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out waiting")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
