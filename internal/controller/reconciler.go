@@ -136,19 +136,9 @@ func (r *LockReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	decision := r.decide(lock, obs, now, policy.arbiter)
-	confirm := needsLiveConfirmation(decision)
-	if !confirm && decision.GrantChanged {
-		gone, err := r.holderGone(ctx, lock, obs)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		confirm = !gone
-	}
-	if confirm {
-		if obs, decision, err = r.decideLive(ctx, lock, obs, now, policy.arbiter); err != nil {
-			return r.retryOnRace(ctx, err)
-		}
+	obs, decision, err := r.decideConfirmed(ctx, lock, obs, now, policy.arbiter)
+	if err != nil {
+		return r.retryOnRace(ctx, err)
 	}
 
 	obs, decision, lease, err := r.applyGrant(ctx, lock, obs, decision, policy, now)
@@ -273,6 +263,26 @@ func (r *LockReconciler) observeGrantAndPods(ctx context.Context, reader client.
 		return observation{}, leaseErr
 	}
 	return obs, nil
+}
+
+// decideConfirmed decides the lock on the cached observation, and again on
+// live reads (decideLive) when the decision is one that no compare-and-swap
+// guards (needsLiveConfirmation) or that moves the grant off a holder the
+// cached claims do not show (holderGone).
+func (r *LockReconciler) decideConfirmed(ctx context.Context, lock arbiter.Lock, obs observation, now time.Time, policy arbiter.Policy) (observation, arbiter.Decision, error) {
+	decision := r.decide(lock, obs, now, policy)
+	confirm := needsLiveConfirmation(decision)
+	if !confirm && decision.GrantChanged {
+		gone, err := r.holderGone(ctx, lock, obs)
+		if err != nil {
+			return obs, decision, err
+		}
+		confirm = !gone
+	}
+	if !confirm {
+		return obs, decision, nil
+	}
+	return r.decideLive(ctx, lock, obs, now, policy)
 }
 
 // decideLive observes the lock live (the claims, then the Lease) and decides
