@@ -326,6 +326,9 @@ func (r *LockReconciler) holderGone(ctx context.Context, lock arbiter.Lock, obs 
 		return true, nil
 	}
 	name, uid, _ := strings.Cut(*obs.lease.Spec.HolderIdentity, "/")
+	if name == "" {
+		return true, nil // a free lock written by hand or by another tool
+	}
 	for i := range obs.claims {
 		if obs.claims[i].Name == name {
 			if string(obs.claims[i].UID) == uid {
