@@ -17,7 +17,10 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -600,19 +603,28 @@ func TestAPodlessHoldIsRenewedAndOutlivesItsExpiresAfter(t *testing.T) {
 }
 
 // TestAcquireRecoversFromBrokenWatches breaks the client's first watches
-// (one ends with 410 Gone, one closes at once) and checks that Acquire
-// (client-go's UntilWithSync) lists again, watches again, and still gets
-// the lock, watching only its lock's claims.
+// of claims (one ends with 410 Gone, one closes at once) and checks that
+// Acquire (client-go's UntilWithSync) lists again, watches again, and still
+// gets the lock, watching only its lock's claims. The grant Lease may not be
+// watched here (Forbidden, as with a role from before pipelines could read
+// Leases), so that the lock can only be learned from the claims' watch.
 func TestAcquireRecoversFromBrokenWatches(t *testing.T) {
 	f := newFixture(t)
 	holder := f.hold("staging")
 	var (
-		mu      sync.Mutex
-		watches []metav1.ListOptions
+		mu         sync.Mutex
+		watches    []metav1.ListOptions
+		leaseWatch []string
 	)
 	c := interceptor.NewClient(pipelineClient(t), interceptor.Funcs{
 		Watch: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) (watch.Interface, error) {
 			lo := (&client.ListOptions{}).ApplyOptions(opts)
+			if _, ok := list.(*coordinationv1.LeaseList); ok {
+				mu.Lock()
+				leaseWatch = append(leaseWatch, lo.AsListOptions().FieldSelector)
+				mu.Unlock()
+				return nil, apierrors.NewForbidden(coordinationv1.Resource("leases"), "", errors.New("this test's pipeline may not watch Leases"))
+			}
 			mu.Lock()
 			watches = append(watches, *lo.AsListOptions())
 			n := len(watches)
@@ -665,6 +677,9 @@ func TestAcquireRecoversFromBrokenWatches(t *testing.T) {
 		if w.FieldSelector != "spec.target=staging" {
 			t.Errorf("watch %d: fieldSelector %q, want the lock's claims", i, w.FieldSelector)
 		}
+	}
+	if want := []string{"metadata.name=buildlock-staging"}; !slices.Equal(leaseWatch, want) {
+		t.Errorf("watches of Leases %q, want %q: one, refused, and not retried", leaseWatch, want)
 	}
 }
 

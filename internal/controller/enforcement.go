@@ -135,7 +135,7 @@ func desiredBinding(lock arbiter.Lock) *admissionv1.ValidatingAdmissionPolicyBin
 		Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{
 			PolicyName: enforcePolicyName,
 			ParamRef: &admissionv1.ParamRef{
-				Name:                    leaseName(lock.Target),
+				Name:                    buildlockv1.GrantLeaseName(lock.Target),
 				Namespace:               lock.Namespace,
 				ParameterNotFoundAction: ptr.To(admissionv1.AllowAction),
 			},

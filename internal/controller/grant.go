@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -15,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
 	"github.com/buildlock/buildlock/internal/arbiter"
 )
 
@@ -38,12 +38,6 @@ const (
 // name is a DNS label, so "buildlock-<target>" can never be this name, which
 // has a dot.
 const tokenFloorLease = "buildlock.token-floor"
-
-// leaseName is the name of the grant Lease of a target. Targets are DNS-1123
-// labels (at most 63 characters), so the name is always a valid object name.
-func leaseName(target string) string {
-	return "buildlock-" + target
-}
 
 // lineRecord is how a Grant.Lines entry is written in linesAnnotation.
 type lineRecord struct {
@@ -74,7 +68,7 @@ func writeGrant(ctx context.Context, c client.Client, lock arbiter.Lock, read *c
 		lease = read.DeepCopy()
 	} else {
 		lease.Namespace = lock.Namespace
-		lease.Name = leaseName(lock.Target)
+		lease.Name = buildlockv1.GrantLeaseName(lock.Target)
 	}
 	if lease.Labels == nil {
 		lease.Labels = map[string]string{}
@@ -90,7 +84,7 @@ func writeGrant(ctx context.Context, c client.Client, lock arbiter.Lock, read *c
 	lease.Spec.AcquireTime = nil
 	lease.Spec.RenewTime = &metav1.MicroTime{Time: now}
 	if grant.Holder != "" {
-		lease.Spec.HolderIdentity = ptr.To(holderIdentity(grant.Holder, grant.HolderUID))
+		lease.Spec.HolderIdentity = ptr.To(buildlockv1.GrantHolderIdentity(grant.Holder, types.UID(grant.HolderUID)))
 		lease.Spec.AcquireTime = &metav1.MicroTime{Time: grant.AcquiredAt}
 	}
 	if err := setGrantAnnotations(lease, grant); err != nil {
@@ -142,14 +136,6 @@ func setGrantAnnotations(lease *coordinationv1.Lease, grant arbiter.Grant) error
 	return nil
 }
 
-// holderIdentity is how a Lease names its holding BuildLock: "name/uid".
-func holderIdentity(name, uid string) string {
-	if name == "" {
-		return ""
-	}
-	return name + "/" + uid
-}
-
 // grantFromLease reads the grant record; a nil Lease is a lock never granted
 // (or whose Lease was cleaned up), whose tokens start above floor. Records
 // that do not decode (the Lease was edited by hand) are left out: the lock
@@ -160,7 +146,8 @@ func grantFromLease(lease *coordinationv1.Lease, floor int64) arbiter.Grant {
 		return g
 	}
 	if lease.Spec.HolderIdentity != nil {
-		g.Holder, g.HolderUID, _ = strings.Cut(*lease.Spec.HolderIdentity, "/")
+		name, uid := buildlockv1.ParseGrantHolder(*lease.Spec.HolderIdentity)
+		g.Holder, g.HolderUID = name, string(uid)
 	}
 	if lease.Spec.LeaseTransitions != nil {
 		g.Token = int64(*lease.Spec.LeaseTransitions)

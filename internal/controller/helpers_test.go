@@ -116,7 +116,7 @@ func expectPhase(ns, name string, phase buildlockv1.Phase) *buildlockv1.BuildLoc
 
 func getLease(g Gomega, ns, target string) *coordinationv1.Lease {
 	var lease coordinationv1.Lease
-	g.Expect(k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: "buildlock-" + target}, &lease)).To(Succeed())
+	g.Expect(k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: buildlockv1.GrantLeaseName(target)}, &lease)).To(Succeed())
 	return &lease
 }
 

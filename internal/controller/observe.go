@@ -53,7 +53,7 @@ func listClaims(ctx context.Context, reader client.Reader, lock arbiter.Lock) ([
 // getLease reads the lock's grant record live; nil when it does not exist.
 func getLease(ctx context.Context, reader client.Reader, lock arbiter.Lock) (*coordinationv1.Lease, error) {
 	var lease coordinationv1.Lease
-	err := reader.Get(ctx, types.NamespacedName{Namespace: lock.Namespace, Name: leaseName(lock.Target)}, &lease)
+	err := reader.Get(ctx, types.NamespacedName{Namespace: lock.Namespace, Name: buildlockv1.GrantLeaseName(lock.Target)}, &lease)
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}

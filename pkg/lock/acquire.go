@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -95,9 +96,14 @@ func WithRenewInterval(d time.Duration) Option {
 // it is in the running Acquire fails with ErrClaimedByAnotherRun
 // (*ClaimedByAnotherRunError); a finished one is deleted and replaced.
 //
+// The claim holds as soon as its lock's grant Lease names it, one write
+// before its status says Held (see buildlockv1.GrantLeaseName); the
+// returned Hold's BuildLock may then still show Waiting or Pending.
+//
 // c needs get, list, create, watch, patch and delete on buildlocks in
-// claim.Namespace, and a scheme that knows buildlock.io/v1alpha1 (see
-// NewClient). A pod-less claim is renewed until release is called (or the
+// claim.Namespace, and get, list and watch on leases there (without them
+// Acquire learns of the grant from the status alone), and a scheme that
+// knows buildlock.io/v1alpha1 and coordination.k8s.io/v1 (see NewClient). A pod-less claim is renewed until release is called (or the
 // process ends).
 func Acquire(ctx context.Context, c client.WithWatch, claim Claim, opts ...Option) (release func(context.Context) error, token int64, err error) {
 	h, err := AcquireHold(ctx, c, claim, opts...)
@@ -137,11 +143,11 @@ func AcquireHold(ctx context.Context, c client.WithWatch, claim Claim, opts ...O
 	}
 
 	w := &waiter{o: &o, bl: bl, last: bl}
-	err = watchClaims(ctx, c, bl.Namespace, byTarget(bl.Spec.Target), o.onError, w.changed)
+	token, err := w.wait(ctx, c)
 	if err == nil {
 		return &Hold{
 			Namespace: w.last.Namespace, Name: w.last.Name, UID: w.last.UID,
-			Token: w.last.Status.FencingToken, BuildLock: w.last,
+			Token: token, BuildLock: w.last,
 			c: c, onError: o.onError, stopRenew: stopRenew,
 		}, nil
 	}
@@ -268,6 +274,49 @@ type waiter struct {
 	bl    *buildlockv1.BuildLock // the claim as created or attached to
 	last  *buildlockv1.BuildLock // the latest version seen
 	place *Place                 // the latest place seen
+}
+
+// wait watches the claim, with its lock's other claims, and the lock's
+// grant Lease until the verdict, and returns the hold's fencing token when
+// it holds. The claim holds as soon as the grant Lease names it: the
+// operator writes the grant first and the holder's status after it, so the
+// Lease says so one write earlier than the status, and every later verdict
+// on the claim is derived from that grant. Every other verdict comes from
+// the claim's status. A client that may not read Leases (a pipeline role
+// from before buildlock's pipelines could) learns of its grant from the
+// status alone, and says so once through the error handler.
+func (w *waiter) wait(ctx context.Context, c client.WithWatch) (token int64, err error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		token, err := watchGrant(ctx, c, w.bl, w.o.onError)
+		switch {
+		case err == nil:
+			cancel(&grantedError{token: token})
+		case ctx.Err() == nil:
+			w.o.onError(fmt.Errorf("learning of the grant from the claim's status only: %w", err))
+		}
+	})
+	err = watchClaims(ctx, c, w.bl.Namespace, byTarget(w.bl.Spec.Target), w.o.onError, w.changed)
+	cancel(nil)
+	wg.Wait()
+	var granted *grantedError
+	switch {
+	case err == nil:
+		return w.last.Status.FencingToken, nil
+	case errors.As(err, &granted):
+		return granted.token, nil
+	}
+	return 0, err
+}
+
+// grantedError ends the watch of the claims when the grant Lease names the
+// claim first.
+type grantedError struct{ token int64 }
+
+func (e *grantedError) Error() string {
+	return fmt.Sprintf("the grant Lease names the claim, with fencing token %d", e.token)
 }
 
 // changed decides on the lock's claims as the watch's store has them.

@@ -16,12 +16,14 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -341,4 +343,126 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// TestAcquireLearnsItsGrantFromTheLease checks that a claim holds as soon as
+// its lock's grant Lease names it (name and UID), before its status says
+// so, that a grant to another claim of the same name does not count, and
+// that a hold learned that way is not lost while its status catches up.
+func TestAcquireLearnsItsGrantFromTheLease(t *testing.T) {
+	c, ns := apiServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	claim := Claim{Namespace: ns, Target: "staging", Repo: "acme/web", Branch: "main", Build: 7, RunID: "run-1"}
+	type result struct {
+		h   *Hold
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		h, err := AcquireHold(ctx, c, claim)
+		done <- result{h, err}
+	}()
+	web := &buildlockv1.BuildLock{}
+	web.Namespace, web.Name = ns, Name(claim)
+	waitFor(t, func() bool { return c.Get(ctx, client.ObjectKeyFromObject(web), web) == nil })
+
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: buildlockv1.GrantLeaseName("staging")}}
+	lease.Spec.HolderIdentity = ptr.To(buildlockv1.GrantHolderIdentity(web.Name, "a-deleted-claim-of-that-name"))
+	lease.Spec.LeaseTransitions = ptr.To(int32(8))
+	must(t, c.Create(ctx, lease))
+	select {
+	case r := <-done:
+		t.Fatalf("AcquireHold returned %+v, %v on a grant to another claim of its name", r.h, r.err)
+	case <-time.After(time.Second):
+	}
+
+	lease.Spec.HolderIdentity = ptr.To(buildlockv1.GrantHolderIdentity(web.Name, web.UID))
+	lease.Spec.LeaseTransitions = ptr.To(int32(9))
+	must(t, c.Update(ctx, lease))
+	r := <-done
+	must(t, r.err)
+	if r.h.Token != 9 || r.h.UID != web.UID {
+		t.Errorf("hold %+v, want token 9 on %s", r.h, web.UID)
+	}
+	if phase := r.h.BuildLock.Status.Phase; phase.IsTerminal() || phase == buildlockv1.PhaseHeld {
+		t.Errorf("the hold's claim shows %q; this test never wrote its status", phase)
+	}
+
+	lost := make(chan error, 1)
+	go func() { lost <- r.h.WaitLost(ctx) }()
+	setStatus(t, c, web, queued(0, "nobody"))
+	setStatus(t, c, web, held(9))
+	select {
+	case err := <-lost:
+		t.Fatalf("WaitLost() = %v while the status caught up with the grant", err)
+	case <-time.After(time.Second):
+	}
+	s := held(9)
+	s.Phase, s.Reason = buildlockv1.PhaseReleased, buildlockv1.ReasonLockLost
+	setStatus(t, c, web, s)
+	var lostErr *LostError
+	if err := <-lost; !errors.As(err, &lostErr) || lostErr.Reason != buildlockv1.ReasonLockLost {
+		t.Errorf("WaitLost() = %v, want a LostError with reason LockLost", err)
+	}
+	must(t, r.h.Release(ctx))
+}
+
+// TestAcquireWithoutLeaseRights checks that a pipeline whose role does not
+// let it read Leases still acquires, from its claim's status, and is told
+// once why it learns later.
+func TestAcquireWithoutLeaseRights(t *testing.T) {
+	admin, ns := apiServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	user := "pipeline-without-leases"
+	rbac, err := client.New(serverCfg, client.Options{Scheme: testenv.Scheme()})
+	must(t, err)
+	must(t, errors.Join(
+		rbac.Create(ctx, &rbacv1.Role{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: user},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{buildlockv1.GroupVersion.Group}, Resources: []string{"buildlocks"},
+				Verbs: []string{"create", "delete", "get", "list", "patch", "watch"}}},
+		}),
+		rbac.Create(ctx, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: user},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: user},
+			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: user}},
+		}),
+	))
+	cfg := rest.CopyConfig(serverCfg)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+	c, err := NewClient(cfg)
+	must(t, err)
+
+	claim := Claim{Namespace: ns, Target: "staging", Repo: "acme/web", Branch: "main", Build: 7, RunID: "run-1"}
+	var (
+		mu   sync.Mutex
+		errs []error
+	)
+	done := make(chan error, 1)
+	var hold *Hold
+	go func() {
+		var err error
+		hold, err = AcquireHold(ctx, c, claim, WithErrorHandler(func(err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			errs = append(errs, err)
+		}))
+		done <- err
+	}()
+	web := &buildlockv1.BuildLock{}
+	web.Namespace, web.Name = ns, Name(claim)
+	waitFor(t, func() bool { return admin.Get(ctx, client.ObjectKeyFromObject(web), web) == nil })
+	setStatus(t, admin, web, held(3))
+	must(t, <-done)
+	if hold.Token != 3 {
+		t.Errorf("hold %+v, want token 3", hold)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(errs) != 1 || !apierrors.IsForbidden(errs[0]) {
+		t.Errorf("errors reported: %v, want one saying that Leases may not be read", errs)
+	}
+	must(t, hold.Release(ctx))
 }

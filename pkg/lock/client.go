@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -14,11 +15,13 @@ import (
 )
 
 // Scheme returns a scheme with what this package reads and writes:
-// BuildLocks and BuildLockPolicies, events and SelfSubjectReviews.
+// BuildLocks and BuildLockPolicies, grant Leases, events and
+// SelfSubjectReviews.
 func Scheme() *runtime.Scheme {
 	s := runtime.NewScheme()
 	utilruntime.Must(buildlockv1.AddToScheme(s))
 	utilruntime.Must(corev1.AddToScheme(s))
+	utilruntime.Must(coordinationv1.AddToScheme(s))
 	utilruntime.Must(authenticationv1.AddToScheme(s))
 	return s
 }

@@ -22,7 +22,9 @@ type Hold struct {
 	UID             types.UID
 	// Token is the hold's fencing token.
 	Token int64
-	// BuildLock is the claim as it was when it became Held.
+	// BuildLock is the claim as it was last seen when it came to hold the
+	// lock: its status may still say Waiting or Pending when the grant
+	// Lease named it first.
 	BuildLock *buildlockv1.BuildLock
 
 	c          client.WithWatch
@@ -50,8 +52,8 @@ func (h *Hold) Release(ctx context.Context) error {
 }
 
 // WaitLost watches the held claim until it stops holding the lock: it is
-// deleted (by anyone), or the operator ends the hold (Released, for example
-// force-released; Expired; LockLost). It then returns a *LostError
+// deleted (by anyone), or the operator ends the claim (Released, for
+// example force-released or LockLost; Expired). It then returns a *LostError
 // (ErrLost) saying why; when ctx ends first, ctx's cause. A holder that
 // deploys for a while runs it alongside, and stops deploying when it
 // returns: the lock may already be someone else's.
@@ -61,7 +63,11 @@ func (h *Hold) WaitLost(ctx context.Context) error {
 		switch {
 		case bl == nil:
 			return true, &LostError{Namespace: h.Namespace, Name: h.Name, Reason: ReasonDeleted}
-		case bl.Status.Phase != buildlockv1.PhaseHeld:
+		case bl.Status.Phase.IsTerminal():
+			// A hold ends only with its claim (Released, Expired): a
+			// claim is never Held and then Waiting again. A claim that
+			// still shows Waiting or Pending holds by its grant Lease,
+			// and its status is on its way.
 			return true, &LostError{Namespace: h.Namespace, Name: h.Name, Phase: bl.Status.Phase, Reason: bl.Status.Reason, Message: bl.Status.Message}
 		}
 		return false, nil

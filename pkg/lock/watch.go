@@ -2,7 +2,10 @@ package lock
 
 import (
 	"context"
+
 	"fmt"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -19,18 +22,27 @@ import (
 
 // watchClaims watches the BuildLocks of namespace that selector picks (one
 // claim by metadata.name, or a lock's claims by spec.target, a selectable
-// field of the CRD) until changed says done or fails. It is client-go's
-// UntilWithSync, as `kubectl wait` uses it: an informer that lists, watches
-// from there, and lists again when its watch falls too far behind (410
-// Gone), with client-go's backoff. changed is called with the informer's
-// store once it has synced and after every change, so it decides on the
-// latest state, never on one event.
+// field of the CRD) until changed says done or fails; see watchUntil.
+func watchClaims(ctx context.Context, c client.WithWatch, namespace string, selector fields.Selector,
+	onError func(error), changed func(cache.Store) (bool, error)) error {
+	return watchUntil(ctx, c, namespace, selector, "BuildLocks", &buildlockv1.BuildLock{},
+		func() client.ObjectList { return &buildlockv1.BuildLockList{} }, onError, changed)
+}
+
+// watchUntil watches the objects of one kind (example, listed as newList
+// makes them) in namespace that selector picks, until changed says done or
+// fails. It is client-go's UntilWithSync, as `kubectl wait` uses it: an
+// informer that lists, watches from there, and lists again when its watch
+// falls too far behind (410 Gone), with client-go's backoff. changed is
+// called with the informer's store once it has synced and after every
+// change, so it decides on the latest state, never on one event.
 //
 // Failed lists and watches go to onError while the informer retries them;
-// those that retrying cannot fix (Forbidden, Unauthorized, no BuildLock CRD)
-// end the watch with that error. When ctx ends, watchClaims returns its
+// those that retrying cannot fix (Forbidden, Unauthorized, no such kind)
+// end the watch with that error. When ctx ends, watchUntil returns its
 // cause.
-func watchClaims(ctx context.Context, c client.WithWatch, namespace string, selector fields.Selector,
+func watchUntil(ctx context.Context, c client.WithWatch, namespace string, selector fields.Selector,
+	kind string, example runtime.Object, newList func() client.ObjectList,
 	onError func(error), changed func(cache.Store) (bool, error)) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -38,7 +50,7 @@ func watchClaims(ctx context.Context, c client.WithWatch, namespace string, sele
 		if err == nil || ctx.Err() != nil {
 			return
 		}
-		err = fmt.Errorf("%s BuildLocks (%s) in namespace %s: %w", what, selector, namespace, err)
+		err = fmt.Errorf("%s %s (%s) in namespace %s: %w", what, kind, selector, namespace, err)
 		if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) || apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
 			cancel(err)
 			return
@@ -53,14 +65,14 @@ func watchClaims(ctx context.Context, c client.WithWatch, namespace string, sele
 				// process just created; read what is current.
 				opts.ResourceVersion = ""
 			}
-			list := &buildlockv1.BuildLockList{}
+			list := newList()
 			err := c.List(ctx, list, &client.ListOptions{Namespace: namespace, Raw: &opts})
 			report("listing", err)
 			return list, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 			opts.FieldSelector = selector.String()
-			w, err := c.Watch(ctx, &buildlockv1.BuildLockList{}, &client.ListOptions{Namespace: namespace, Raw: &opts})
+			w, err := c.Watch(ctx, newList(), &client.ListOptions{Namespace: namespace, Raw: &opts})
 			report("watching", err)
 			return w, err
 		},
@@ -77,7 +89,7 @@ func watchClaims(ctx context.Context, c client.WithWatch, namespace string, sele
 		}
 		return done || err != nil, nil
 	}
-	_, err := watchtools.UntilWithSync(ctx, lw, &buildlockv1.BuildLock{},
+	_, err := watchtools.UntilWithSync(ctx, lw, example,
 		func(s cache.Store) (bool, error) {
 			store = s
 			return decide()
@@ -87,9 +99,31 @@ func watchClaims(ctx context.Context, c client.WithWatch, namespace string, sele
 		if cause := context.Cause(ctx); cause != nil {
 			return cause
 		}
-		return fmt.Errorf("watching BuildLocks (%s) in namespace %s: %w", selector, namespace, err)
+		return fmt.Errorf("watching %s (%s) in namespace %s: %w", kind, selector, namespace, err)
 	}
 	return result
+}
+
+// watchGrant watches the grant Lease of bl's lock until it names bl as its
+// holder, and returns the grant's fencing token. The operator writes the
+// grant before the holder's status, so this is the earliest a pipeline can
+// know that it holds the lock; the grant names the claim by name and UID,
+// so a newer claim of the same name is never taken for bl.
+func watchGrant(ctx context.Context, c client.WithWatch, bl *buildlockv1.BuildLock, onError func(error)) (token int64, err error) {
+	name := buildlockv1.GrantLeaseName(bl.Spec.Target)
+	holder := buildlockv1.GrantHolderIdentity(bl.Name, bl.UID)
+	err = watchUntil(ctx, c, bl.Namespace, byName(name), "Leases", &coordinationv1.Lease{},
+		func() client.ObjectList { return &coordinationv1.LeaseList{} }, onError,
+		func(store cache.Store) (bool, error) {
+			obj, _, _ := store.GetByKey(bl.Namespace + "/" + name) // an informer's store never fails a lookup
+			lease, ok := obj.(*coordinationv1.Lease)
+			if !ok || lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != holder || lease.Spec.LeaseTransitions == nil {
+				return false, nil
+			}
+			token = int64(*lease.Spec.LeaseTransitions)
+			return true, nil
+		})
+	return token, err
 }
 
 // claimIn returns the BuildLock named like bl in store if it is still bl

@@ -254,11 +254,19 @@ func TestChart(t *testing.T) {
 				Verb: verb, Group: "buildlock.io", Resource: "buildlocks", Namespace: pipelineNS,
 			})).To(BeTrue(), "a pipeline must be able to %s buildlocks", verb)
 		}
+		for _, verb := range []string{"get", "list", "watch"} {
+			g.Expect(allowed(ctx, g, asPipeline, authorizationv1.ResourceAttributes{
+				Verb: verb, Group: "coordination.k8s.io", Resource: "leases", Namespace: pipelineNS,
+			})).To(BeTrue(), "a pipeline must be able to %s the grant Leases", verb)
+		}
 		for _, a := range []authorizationv1.ResourceAttributes{
 			{Verb: "update", Group: "buildlock.io", Resource: "buildlocks", Subresource: "status", Namespace: pipelineNS},
 			{Verb: "patch", Group: "buildlock.io", Resource: "buildlocks", Subresource: "status", Namespace: pipelineNS},
 			{Verb: "create", Group: "buildlock.io", Resource: "buildlocks", Namespace: "team-a"},
 			{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: pipelineNS},
+			{Verb: "create", Group: "coordination.k8s.io", Resource: "leases", Namespace: pipelineNS},
+			{Verb: "delete", Group: "coordination.k8s.io", Resource: "leases", Namespace: pipelineNS},
+			{Verb: "list", Group: "coordination.k8s.io", Resource: "leases", Namespace: "team-a"},
 		} {
 			g.Expect(allowed(ctx, g, asPipeline, a)).To(BeFalse(), "a pipeline must not %s", describe(a))
 		}
