@@ -56,7 +56,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -303,7 +302,7 @@ func (r *LockReconciler) decideLive(ctx context.Context, lock arbiter.Lock, cach
 			return obs, decision, err
 		}
 		if !gone {
-			return obs, decision, apierrors.NewConflict(coordinationv1.Resource("leases"), leaseName(lock.Target),
+			return obs, decision, apierrors.NewConflict(coordinationv1.Resource("leases"), buildlockv1.GrantLeaseName(lock.Target),
 				fmt.Errorf("the grant names BuildLock %s, which the claims listed before it do not show", *obs.lease.Spec.HolderIdentity))
 		}
 	}
@@ -325,13 +324,13 @@ func (r *LockReconciler) holderGone(ctx context.Context, lock arbiter.Lock, obs 
 	if obs.lease == nil || obs.lease.Spec.HolderIdentity == nil {
 		return true, nil
 	}
-	name, uid, _ := strings.Cut(*obs.lease.Spec.HolderIdentity, "/")
+	name, uid := buildlockv1.ParseGrantHolder(*obs.lease.Spec.HolderIdentity)
 	if name == "" {
 		return true, nil // a free lock written by hand or by another tool
 	}
 	for i := range obs.claims {
 		if obs.claims[i].Name == name {
-			if string(obs.claims[i].UID) == uid {
+			if obs.claims[i].UID == uid {
 				return true, nil
 			}
 			break
@@ -345,7 +344,7 @@ func (r *LockReconciler) holderGone(ctx context.Context, lock arbiter.Lock, obs 
 	case err != nil:
 		return false, fmt.Errorf("reading BuildLock %s/%s, which the grant of target %q names: %w", lock.Namespace, name, lock.Target, err)
 	}
-	return string(bl.UID) != uid, nil
+	return bl.UID != uid, nil
 }
 
 // needsLiveConfirmation reports whether a decision taken on the cache must
