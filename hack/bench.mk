@@ -7,6 +7,8 @@
 # replace builds it against this checkout) and builds only with the `bench`
 # tag, so `make test` never runs it.
 
+# Where the run leaves its manager binary, logs, profiles and kubeconfig
+# (BENCH_DIR=... keeps them out of a bin/ shared with other checkouts).
 BENCH_DIR ?= $(LOCALBIN)/bench
 # Extra flags for the harness, e.g. BENCH_FLAGS=-bench.quick for a short try.
 BENCH_FLAGS ?=
@@ -16,6 +18,7 @@ BENCH_FLAGS ?=
 .PHONY: bench
 bench: envtest ## Benchmark hand-offs, scale, API cost and memory against the peers; writes docs/benchmarks.md (about 12 minutes).
 	@mkdir -p $(BENCH_DIR)
-	go build -o $(LOCALBIN)/manager ./cmd/manager
+	go build -o $(BENCH_DIR)/manager ./cmd/manager
 	go test -run '^$$' -bench BenchmarkDecide -benchmem ./internal/arbiter/ | tee $(BENCH_DIR)/decide.txt
-	cd test/bench && go test -tags bench -run '^TestBench$$' -timeout 30m -v . -args $(BENCH_FLAGS)
+	cd test/bench && go test -tags bench -run '^TestBench$$' -timeout 45m -v . -args \
+		-bench.work=$(BENCH_DIR) -bench.manager=$(BENCH_DIR)/manager -bench.decide=$(BENCH_DIR)/decide.txt $(BENCH_FLAGS)

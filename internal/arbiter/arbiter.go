@@ -81,15 +81,14 @@ type decider struct {
 	now    time.Time
 	policy Policy
 
-	claims   []Claim
+	claims   []*Claim  // the input claims, sorted by identity (read, never written)
 	verdicts []Verdict // verdicts[i] is for claims[i]; Phase "" until decided.
 	// supersededBy[i] is the claim that made claims[i] obsolete, or none
 	// (also when a remembered build did, see byMemory).
 	supersededBy []int
 	// byMemory[i] is the grant record's memory of a higher build of the line
-	// that superseded claims[i], if that is what did (zero otherwise: a
-	// record's Build is at least 1).
-	byMemory []LineRecord
+	// that superseded claims[i], if that is what did (nil otherwise).
+	byMemory []*LineRecord
 	// endedByRecord[i] says that claims[i] was still shown Held and takes the
 	// ending the grant record kept for it.
 	endedByRecord []bool
@@ -120,7 +119,7 @@ func newDecider(lock Lock, claims []Claim, grant Grant, now time.Time, policy Po
 		claims:        byIdentity(claims),
 		verdicts:      make([]Verdict, n),
 		supersededBy:  make([]int, n),
-		byMemory:      make([]LineRecord, n),
+		byMemory:      make([]*LineRecord, n),
 		endedByRecord: make([]bool, n),
 		place:         make([]time.Time, n),
 		orderTime:     make([]time.Time, n),
@@ -129,12 +128,12 @@ func newDecider(lock Lock, claims []Claim, grant Grant, now time.Time, policy Po
 		liveHolder:    none,
 		newHolder:     none,
 	}
-	for i := range d.claims {
-		c := &d.claims[i]
-		if c.Phase == "" {
-			c.Phase = Pending
+	for i, c := range d.claims {
+		from := c.Phase
+		if from == "" {
+			from = Pending
 		}
-		d.verdicts[i] = Verdict{Name: c.Name, UID: c.UID, From: c.Phase}
+		d.verdicts[i] = Verdict{Name: c.Name, UID: c.UID, From: from}
 		d.orderTime[i] = OrderTime(*c)
 		d.supersededBy[i] = none
 		if d.granted == none && grant.Holder != "" && !c.Phase.IsTerminal() &&
@@ -186,7 +185,7 @@ func (d *decider) endClaims() (candidates []int) {
 
 // holdEnd returns the phase and reason with which the hold of c granted at
 // acquiredAt has ended by now (rule 2), or "" if it goes on.
-func holdEnd(c Claim, acquiredAt, now time.Time, maxHold time.Duration) (Phase, string) {
+func holdEnd(c *Claim, acquiredAt, now time.Time, maxHold time.Duration) (Phase, string) {
 	if reason := leaveReason(c); reason != "" {
 		return Released, reason
 	}
@@ -200,7 +199,7 @@ func holdEnd(c Claim, acquiredAt, now time.Time, maxHold time.Duration) (Phase, 
 // alone, and the reason it will end with; zero if it never does. A pod-less
 // hold ends ExpiresAfter after its grant or last renewal; every hold ends at
 // its maximum hold, whichever comes first.
-func holdDeadline(c Claim, acquiredAt, now time.Time, maxHold time.Duration) (time.Time, string) {
+func holdDeadline(c *Claim, acquiredAt, now time.Time, maxHold time.Duration) (time.Time, string) {
 	var deadline time.Time
 	reason := ""
 	if c.Pod == NoPod {
@@ -220,7 +219,7 @@ func holdDeadline(c Claim, acquiredAt, now time.Time, maxHold time.Duration) (ti
 
 // renewal is the instant the latest renewal of c counts from at now: the
 // recorded one, or a new one at min(RenewTime, now), whichever is later.
-func renewal(c Claim, now time.Time) time.Time {
+func renewal(c *Claim, now time.Time) time.Time {
 	r := c.RenewedAt
 	if !c.RenewTime.IsZero() {
 		seen := c.RenewTime
@@ -234,7 +233,7 @@ func renewal(c Claim, now time.Time) time.Time {
 	return r
 }
 
-func expiresAfter(c Claim) time.Duration {
+func expiresAfter(c *Claim) time.Duration {
 	if c.ExpiresAfter <= 0 {
 		return DefaultExpiresAfter
 	}
@@ -243,7 +242,7 @@ func expiresAfter(c Claim) time.Duration {
 
 // leaveReason is why a claim ends regardless of time: a person force-released
 // it, or its pod ended; "" while it may go on.
-func leaveReason(c Claim) string {
+func leaveReason(c *Claim) string {
 	if c.ForceRelease != "" {
 		return ReasonForceReleased
 	}
@@ -276,11 +275,11 @@ func (d *decider) supersedeBackwards(candidates []int) []int {
 	out := candidates[:0:0]
 	for _, i := range candidates {
 		c := d.claims[i]
-		if h := d.liveHolder; h != none && lineOf(d.claims[h]) == lineOf(c) && c.Build <= d.claims[h].Build {
+		if h := d.liveHolder; h != none && lineOf(*d.claims[h]) == lineOf(*c) && c.Build <= d.claims[h].Build {
 			d.supersede(i, h, inLineReason(c.Build, d.claims[h].Build))
 			continue
 		}
-		if r, ok := memory[lineOf(c)]; ok && c.Build <= r.Build {
+		if r, ok := memory[lineOf(*c)]; ok && c.Build <= r.Build {
 			d.verdicts[i].Phase, d.verdicts[i].Reason = Superseded, inLineReason(c.Build, r.Build)
 			d.byMemory[i] = r
 			continue
@@ -292,13 +291,13 @@ func (d *decider) supersedeBackwards(candidates []int) []int {
 
 // rememberedLines returns the grant record's line records that still count
 // at now, by line.
-func (d *decider) rememberedLines() map[line]LineRecord {
+func (d *decider) rememberedLines() map[line]*LineRecord {
 	if len(d.grant.Lines) == 0 {
 		return nil
 	}
-	memory := make(map[line]LineRecord, len(d.grant.Lines))
-	for _, r := range d.grant.Lines {
-		if d.remembers(r) {
+	memory := make(map[line]*LineRecord, len(d.grant.Lines))
+	for k := range d.grant.Lines {
+		if r := &d.grant.Lines[k]; d.remembers(*r) {
 			l := line{r.Repo, r.Branch}
 			if old, ok := memory[l]; !ok || r.Build > old.Build {
 				memory[l] = r
@@ -338,13 +337,13 @@ func (d *decider) collapseLines(candidates []int) []int {
 	lines := make(map[line]*lineState, min(len(candidates), 64))
 	states := make([]lineState, 0, len(candidates)) // one allocation for every line's state
 	for _, i := range candidates {
-		c := &d.claims[i]
+		c := d.claims[i]
 		st, ok := lines[lineOf(*c)]
 		if !ok {
 			states = append(states, lineState{best: i})
 			st = &states[len(states)-1]
 			lines[lineOf(*c)] = st
-		} else if compareInLine(*c, d.claims[st.best]) < 0 {
+		} else if compareInLine(c, d.claims[st.best]) < 0 {
 			st.best = i
 		}
 		if q := c.QueuedAt; !q.IsZero() && (st.place.IsZero() || q.Before(st.place)) {
@@ -357,7 +356,7 @@ func (d *decider) collapseLines(candidates []int) []int {
 		d.place[st.best] = st.place
 	}
 	for _, i := range candidates {
-		best := lines[lineOf(d.claims[i])].best
+		best := lines[lineOf(*d.claims[i])].best
 		if i != best {
 			d.supersede(i, best, inLineReason(d.claims[i].Build, d.claims[best].Build))
 		}
@@ -424,7 +423,7 @@ func (d *decider) queueByArrival(candidates []int) []int {
 	highest := make(map[line]int) // the highest build of each line ahead so far
 	survivors := ordered[:0]
 	for _, i := range ordered {
-		l := lineOf(d.claims[i])
+		l := lineOf(*d.claims[i])
 		if j, ok := highest[l]; ok && d.claims[j].Build >= d.claims[i].Build {
 			d.supersede(i, j, inLineReason(d.claims[i].Build, d.claims[j].Build))
 			continue
@@ -544,7 +543,7 @@ func (d *decider) decision() Decision {
 	case d.grant.Holder != "":
 		// The holder ended or vanished and nobody takes over: free the lock,
 		// keeping the token floor and the memory of the lines.
-		out.Grant = Grant{Token: d.maxToken(), Lines: d.recordLine(Claim{}), Ended: d.ended}
+		out.Grant = Grant{Token: d.maxToken(), Lines: d.recordLine(nil), Ended: d.ended}
 		out.GrantChanged = true
 	}
 	if h := d.holder(); h != none {
@@ -580,18 +579,18 @@ func (d *decider) maxToken() int64 {
 	return highest
 }
 
-// recordLine returns the grant record's line records after granting c (a
-// zero Claim records nothing): records that no longer count are dropped,
+// recordLine returns the grant record's line records after granting c (nil
+// records nothing): records that no longer count are dropped,
 // c's line records c's build, and at most MaxLineRecords are kept, the most
 // recently granted.
-func (d *decider) recordLine(c Claim) []LineRecord {
+func (d *decider) recordLine(c *Claim) []LineRecord {
 	records := make([]LineRecord, 0, len(d.grant.Lines)+1)
 	for _, r := range d.grant.Lines {
-		if d.remembers(r) && (c.Name == "" || r.Repo != c.Repo || r.Branch != c.Branch) {
+		if d.remembers(r) && (c == nil || r.Repo != c.Repo || r.Branch != c.Branch) {
 			records = append(records, r)
 		}
 	}
-	if c.Name != "" {
+	if c != nil {
 		records = append(records, LineRecord{Repo: c.Repo, Branch: c.Branch, Build: c.Build, HeldAt: d.now})
 	}
 	if len(records) > MaxLineRecords {
@@ -648,7 +647,7 @@ func earliest(a, b time.Time) time.Time {
 // the claim that becomes Held.
 func (d *decider) writeOrder() []Verdict {
 	group := func(i int) int {
-		v := d.verdicts[i]
+		v := &d.verdicts[i]
 		switch {
 		case v.Phase != Held && (v.From == Held || i == d.granted):
 			return 0
@@ -659,30 +658,39 @@ func (d *decider) writeOrder() []Verdict {
 		}
 		return 1
 	}
-	order := make([]int, len(d.verdicts))
-	for i := range order {
-		order[i] = i
+	// A counting sort on the four groups (claims keep their order by
+	// identity within a group), applied to d.verdicts in place: it is the
+	// decider's own, and nothing reads it by claim after this.
+	var start [5]int32
+	for i := range d.verdicts {
+		start[group(i)+1]++
 	}
-	// Stable: within a group, claims keep their order by identity.
-	slices.SortStableFunc(order, func(i, j int) int { return group(i) - group(j) })
-	out := make([]Verdict, len(order))
-	for k, i := range order {
-		out[k] = d.verdicts[i]
+	for g := 1; g < len(start); g++ {
+		start[g] += start[g-1]
 	}
-	return out
+	dest := make([]int32, len(d.verdicts)) // where verdicts[i] goes
+	for i := range d.verdicts {
+		g := group(i)
+		dest[i] = start[g]
+		start[g]++
+	}
+	for i := range dest {
+		for j := dest[i]; int(j) != i; j = dest[i] {
+			d.verdicts[i], d.verdicts[j] = d.verdicts[j], d.verdicts[i]
+			dest[i], dest[j] = dest[j], dest[i]
+		}
+	}
+	return d.verdicts
 }
 
-// byIdentity returns a copy of claims sorted by identity, so that nothing
-// depends on the input order. It sorts indices and copies each claim once.
-func byIdentity(claims []Claim) []Claim {
-	order := make([]int32, len(claims))
-	for k := range order {
-		order[k] = int32(k)
+// byIdentity returns the claims sorted by identity, so that nothing depends
+// on the input order: pointers into claims, which is neither copied nor
+// modified (a Claim is a few hundred bytes, and a lock may have thousands).
+func byIdentity(claims []Claim) []*Claim {
+	out := make([]*Claim, len(claims))
+	for k := range claims {
+		out[k] = &claims[k]
 	}
-	slices.SortFunc(order, func(a, b int32) int { return compareIdentity(claims[a], claims[b]) })
-	out := make([]Claim, len(claims))
-	for k, i := range order {
-		out[k] = claims[i]
-	}
+	slices.SortFunc(out, compareIdentity)
 	return out
 }

@@ -42,12 +42,13 @@ func randomRival(ch chooser) Claim {
 
 // checkStrictTotalOrder checks a comparison over random triples:
 // irreflexive, antisymmetric, total on distinct identities, transitive.
-func checkStrictTotalOrder(t *testing.T, compare func(a, b Claim) int) {
+func checkStrictTotalOrder(t *testing.T, compare func(a, b *Claim) int) {
 	t.Helper()
-	less := func(a, b Claim) bool { return compare(a, b) < 0 }
+	less := func(a, b *Claim) bool { return compare(a, b) < 0 }
 	ch := seeded(7)
 	for range 50_000 {
-		a, b, c := randomRival(ch), randomRival(ch), randomRival(ch)
+		ra, rb, rc := randomRival(ch), randomRival(ch), randomRival(ch)
+		a, b, c := &ra, &rb, &rc
 		switch {
 		case less(a, a):
 			t.Fatalf("not irreflexive: %+v", a)
@@ -69,7 +70,7 @@ func TestNewerIsAStrictTotalOrder(t *testing.T) {
 	checkStrictTotalOrder(t, compareNewer)
 	ch := seeded(8)
 	for range 10_000 {
-		if a, b := randomRival(ch), randomRival(ch); Newer(a, b) != (compareNewer(a, b) < 0) {
+		if a, b := randomRival(ch), randomRival(ch); Newer(a, b) != (compareNewer(&a, &b) < 0) {
 			t.Fatalf("Newer disagrees with compareNewer:\n%+v\n%+v", a, b)
 		}
 	}

@@ -16,7 +16,7 @@ import (
 // and a queued claim's message names only the claim directly ahead of it,
 // which stays true through hand-offs.
 func (d *decider) message(i int, grant Grant) string {
-	c, v, target := d.claims[i], d.verdicts[i], d.lock.Target
+	c, v, target := d.claims[i], &d.verdicts[i], d.lock.Target
 	switch v.Reason {
 	case ReasonAcquired:
 		return d.heldMessage(c, v, grant)
@@ -63,7 +63,7 @@ func (d *decider) message(i int, grant Grant) string {
 }
 
 // heldMessage tells the holder to deploy, and until when it may.
-func (d *decider) heldMessage(c Claim, v Verdict, grant Grant) string {
+func (d *decider) heldMessage(c *Claim, v *Verdict, grant Grant) string {
 	_, reason := holdDeadline(c, grant.AcquiredAt, d.now, d.policy.MaxHold)
 	switch {
 	case v.ExpiresAt.IsZero():
@@ -79,9 +79,9 @@ func (d *decider) heldMessage(c Claim, v Verdict, grant Grant) string {
 
 // supersededMessage says which build made claim i obsolete.
 func (d *decider) supersededMessage(i int) string {
-	c, v, target := d.claims[i], d.verdicts[i], d.lock.Target
-	if r := d.byMemory[i]; r.Build > 0 {
-		held := capitalized(build(Claim{Repo: r.Repo, Branch: r.Branch, Build: r.Build}))
+	c, v, target := d.claims[i], &d.verdicts[i], d.lock.Target
+	if r := d.byMemory[i]; r != nil {
+		held := capitalized(build(&Claim{Repo: r.Repo, Branch: r.Branch, Build: r.Build}))
 		if v.Reason == ReasonDuplicateBuild {
 			return fmt.Sprintf("%s already held %s at %s; this claim of the same build will not deploy "+
 				"(a build deploys once: give a re-run a new build number).", held, target, stamp(r.HeldAt))
@@ -126,7 +126,7 @@ func (w sentence) add(parts ...string) {
 }
 
 // build appends "build 43 of acme/shop@main" (capitalized: "Build ...").
-func (w sentence) build(c Claim, capital bool) {
+func (w sentence) build(c *Claim, capital bool) {
 	if capital {
 		w.add("Build ")
 	} else {
@@ -160,7 +160,7 @@ func (d *decider) endedAt(i int) time.Time {
 }
 
 // maxHoldWarning is the Warning on a hold past 80 % of its maximum hold.
-func (d *decider) maxHoldWarning(c Claim, endAt time.Time) string {
+func (d *decider) maxHoldWarning(c *Claim, endAt time.Time) string {
 	return fmt.Sprintf("%s has held %s for over %d %% of its maximum hold of %s; "+
 		"the hold expires at %s.", capitalized(build(c)), d.lock.Target, warnAtPercent, d.policy.MaxHold, stamp(endAt))
 }
@@ -168,7 +168,7 @@ func (d *decider) maxHoldWarning(c Claim, endAt time.Time) string {
 // build names a claim's build for messages: "build 43 of acme/shop@main". A
 // branch with characters that are not printable (the API refuses them now,
 // but older objects may have them) is quoted and escaped.
-func build(c Claim) string {
+func build(c *Claim) string {
 	return fmt.Sprintf("build %d of %s@%s", c.Build, c.Repo, printable(c.Branch))
 }
 

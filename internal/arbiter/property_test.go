@@ -248,7 +248,7 @@ func checkLiveness(t *testing.T, ch chooser, w *world, history []string) {
 		i, _ := w.pick(ch, func(c Claim) bool { return c.Name == d.Holder })
 		switch holder := w.claims[i]; {
 		case (holder.Pod == NoPod || w.policy.MaxHold > 0) && ch.intn(2) == 0:
-			w.now, _ = holdDeadline(holder, w.grant.AcquiredAt, w.now, w.policy.MaxHold)
+			w.now, _ = holdDeadline(&holder, w.grant.AcquiredAt, w.now, w.policy.MaxHold)
 			history = append(history, "the hold of "+holder.Name+" expires")
 		case ch.intn(2) == 0:
 			w.claims = append(w.claims[:i], w.claims[i+1:]...)

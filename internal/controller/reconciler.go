@@ -21,6 +21,17 @@
 //     (Conflict, or AlreadyExists for a Lease the cache did not have yet),
 //     and the lock is decided again at once on live reads: the claims, then
 //     the Lease, so that the grant is never older than the claims.
+//   - The claims may be older than the Lease instead (two informers, and
+//     on live reads the Lease is read after the claims): the Lease may name
+//     a holder the claims do not show yet, granted by another manager, and
+//     a decision would take that for a holder that was deleted and hand the
+//     lock on, through a compare-and-swap that succeeds, since the Lease is
+//     current. The holder's pipeline may be deploying already (pkg/lock
+//     starts when the Lease names its claim). So a decision that changes the
+//     grant while the Lease's holder is missing from the claims reads that
+//     one claim live first (holderGone): only NotFound, or another UID,
+//     lets it through; a claim never comes back with its UID. On the
+//     hand-off of a deleted holder this is one read by name.
 //   - A decision that starts or ends a hold, or ends a claim, without
 //     changing the grant is guarded by no compare-and-swap on the grant (a
 //     status write is conditional on its claim only): with a stale Lease it
@@ -50,6 +61,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -123,12 +135,9 @@ func (r *LockReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	decision := r.decide(lock, obs, now, policy.arbiter)
-	if needsLiveConfirmation(decision) {
-		if obs, err = r.observeLive(ctx, lock, obs); err != nil {
-			return ctrl.Result{}, err
-		}
-		decision = r.decide(lock, obs, now, policy.arbiter)
+	obs, decision, err := r.decideConfirmed(ctx, lock, obs, now, policy.arbiter)
+	if err != nil {
+		return r.retryOnRace(ctx, err)
 	}
 
 	obs, decision, lease, err := r.applyGrant(ctx, lock, obs, decision, policy, now)
@@ -180,7 +189,8 @@ func (r *LockReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 // applyGrant writes the grant of a decision that changes it: a
 // compare-and-swap on the Lease the decision was computed from. When the
 // cache was behind the Lease, it decides again on live reads at once (rather
-// than after a requeue, for a hand-off waits) and tries once more. It
+// than after a requeue, for a hand-off waits; see decideLive) and tries once
+// more. It
 // returns the observation and decision that stand, and the Lease as it is
 // after the write.
 func (r *LockReconciler) applyGrant(ctx context.Context, lock arbiter.Lock, obs observation, d arbiter.Decision, policy lockPolicy, now time.Time) (observation, arbiter.Decision, *coordinationv1.Lease, error) {
@@ -189,10 +199,9 @@ func (r *LockReconciler) applyGrant(ctx context.Context, lock arbiter.Lock, obs 
 	}
 	lease, err := writeGrant(ctx, r.Client, lock, obs.lease, d.Grant, policy.enforce, now)
 	if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
-		if obs, err = r.observeLive(ctx, lock, obs); err != nil {
+		if obs, d, err = r.decideLive(ctx, lock, obs, now, policy.arbiter); err != nil {
 			return obs, d, nil, err
 		}
-		d = r.decide(lock, obs, now, policy.arbiter)
 		lease = obs.lease
 		if d.GrantChanged {
 			lease, err = writeGrant(ctx, r.Client, lock, obs.lease, d.Grant, policy.enforce, now)
@@ -253,6 +262,89 @@ func (r *LockReconciler) observeGrantAndPods(ctx context.Context, reader client.
 		return observation{}, leaseErr
 	}
 	return obs, nil
+}
+
+// decideConfirmed decides the lock on the cached observation, and again on
+// live reads (decideLive) when the decision is one that no compare-and-swap
+// guards (needsLiveConfirmation) or that moves the grant off a holder the
+// cached claims do not show (holderGone).
+func (r *LockReconciler) decideConfirmed(ctx context.Context, lock arbiter.Lock, obs observation, now time.Time, policy arbiter.Policy) (observation, arbiter.Decision, error) {
+	decision := r.decide(lock, obs, now, policy)
+	confirm := needsLiveConfirmation(decision)
+	if !confirm && decision.GrantChanged {
+		gone, err := r.holderGone(ctx, lock, obs)
+		if err != nil {
+			return obs, decision, err
+		}
+		confirm = !gone
+	}
+	if !confirm {
+		return obs, decision, nil
+	}
+	return r.decideLive(ctx, lock, obs, now, policy)
+}
+
+// decideLive observes the lock live (the claims, then the Lease) and decides
+// again. A decision that changes the grant although the Lease names a
+// holder the claims do not show must find that holder gone (holderGone):
+// another manager may have created it and granted it the lock between the
+// two reads. If it is not gone, decideLive returns a Conflict, so that the
+// lock is decided again shortly.
+func (r *LockReconciler) decideLive(ctx context.Context, lock arbiter.Lock, cached observation, now time.Time, policy arbiter.Policy) (observation, arbiter.Decision, error) {
+	obs, err := r.observeLive(ctx, lock, cached)
+	if err != nil {
+		return obs, arbiter.Decision{}, err
+	}
+	decision := r.decide(lock, obs, now, policy)
+	if decision.GrantChanged {
+		gone, err := r.holderGone(ctx, lock, obs)
+		if err != nil {
+			return obs, decision, err
+		}
+		if !gone {
+			return obs, decision, apierrors.NewConflict(coordinationv1.Resource("leases"), buildlockv1.GrantLeaseName(lock.Target),
+				fmt.Errorf("the grant names BuildLock %s, which the claims listed before it do not show", *obs.lease.Spec.HolderIdentity))
+		}
+	}
+	return obs, decision, nil
+}
+
+// holderGone reports whether the claim the observed Lease names as holder
+// is gone (deleted, or replaced by another of its name): true at once when
+// the Lease names none, or names one of the observed claims (the decision
+// accounted for it); else it reads that claim live. A decision that frees
+// or moves a grant because its holder is missing must not rest on claims
+// older than the Lease: another manager may have granted the lock to a
+// claim they do not show yet, whose pipeline may be deploying already (it
+// starts when the Lease names it). The compare-and-swap on the Lease does
+// not catch that, since the Lease itself is current; a claim that is gone
+// never comes back with its UID, so a live NotFound settles it. One read by
+// name: its cost does not grow with the namespace.
+func (r *LockReconciler) holderGone(ctx context.Context, lock arbiter.Lock, obs observation) (bool, error) {
+	if obs.lease == nil || obs.lease.Spec.HolderIdentity == nil {
+		return true, nil
+	}
+	name, uid := buildlockv1.ParseGrantHolder(*obs.lease.Spec.HolderIdentity)
+	if name == "" {
+		return true, nil // a free lock written by hand or by another tool
+	}
+	for i := range obs.claims {
+		if obs.claims[i].Name == name {
+			if obs.claims[i].UID == uid {
+				return true, nil
+			}
+			break
+		}
+	}
+	var bl buildlockv1.BuildLock
+	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: lock.Namespace, Name: name}, &bl)
+	switch {
+	case apierrors.IsNotFound(err):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("reading BuildLock %s/%s, which the grant of target %q names: %w", lock.Namespace, name, lock.Target, err)
+	}
+	return bl.UID != uid, nil
 }
 
 // needsLiveConfirmation reports whether a decision taken on the cache must
@@ -327,7 +419,9 @@ func (r *LockReconciler) applyStatuses(ctx context.Context, obs observation, d a
 		}
 		log.Info("Updated claim", "buildLock", bl.Name, "from", v.From, "phase", v.Phase, "reason", v.Reason, "fencingToken", status.FencingToken)
 		if v.From != v.Phase {
-			r.Recorder.Eventf(bl, nil, eventType(v.Phase), eventReason(v.Phase), string(v.Phase), "%s", truncate(v.Message, maxEventNoteLength))
+			if recordsEvent(v.Phase) {
+				r.Recorder.Eventf(bl, nil, eventType(v.Phase), eventReason(v.Phase), string(v.Phase), "%s", truncate(v.Message, maxEventNoteLength))
+			}
 			r.Metrics.observeTransition(bl, v, now)
 		}
 	}
@@ -408,8 +502,18 @@ func eventType(p arbiter.Phase) string {
 	return "Normal"
 }
 
+// recordsEvent says whether a transition to phase p is recorded as an Event:
+// the start and the end of a hold (and a waiter's end), the history of who
+// deployed when. A claim that starts waiting or is superseded gets its
+// status only, which says the same words for as long as the claim exists
+// (an Event would cost the API server one more write on every new build,
+// for a record that lives no longer).
+func recordsEvent(p arbiter.Phase) bool {
+	return p == arbiter.Held || p == arbiter.Released || p == arbiter.Expired
+}
+
 // eventReason names the transition for `kubectl get events`: Acquired,
-// Waiting, Superseded, Released or Expired.
+// Released or Expired.
 func eventReason(p arbiter.Phase) string {
 	if p == arbiter.Held {
 		return buildlockv1.ReasonAcquired

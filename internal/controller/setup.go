@@ -257,8 +257,8 @@ func stripPod(obj any) (any, error) {
 // SetupWithManager registers the indexes and watches of the lock controller:
 // BuildLocks map to their lock; pods map to the locks of the claims that
 // reference them; a BuildLockPolicy to the lock it is named after; a grant
-// Lease, when the cache first sees it, to its lock (so that the Leases of
-// locks nobody claims any more are cleaned up after a restart too); a
+// Lease that the cache lists when it starts, to its lock (so that the Leases
+// of locks nobody claims any more are cleaned up after a restart too); a
 // namespace whose buildlock.io/locked-by label changes, and an enforcement
 // binding that was deleted, to the lock they concern.
 func (r *LockReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts SetupOptions) error {
@@ -324,7 +324,13 @@ func (r *LockReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager,
 		UpdateFunc:  func(event.UpdateEvent) bool { return false },
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
-	onlyCreates := predicate.Funcs{
+	// Only the Leases the cache lists when it starts: a Lease created
+	// afterwards was created by a decision about its lock, which its
+	// claims' events already brought here (deciding it again would only
+	// find the cache behind the status just written, and confirm that on
+	// live reads).
+	onlyInitialList := predicate.Funcs{
+		CreateFunc:  func(e event.CreateEvent) bool { return e.IsInInitialList },
 		UpdateFunc:  func(event.UpdateEvent) bool { return false },
 		DeleteFunc:  func(event.DeleteEvent) bool { return false },
 		GenericFunc: func(event.GenericEvent) bool { return false },
@@ -339,7 +345,7 @@ func (r *LockReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager,
 			predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Watches(&corev1.Pod{}, podToLocks).
 		Watches(&buildlockv1.BuildLockPolicy{}, policyToLock, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&coordinationv1.Lease{}, leaseToLock, builder.WithPredicates(onlyCreates)).
+		Watches(&coordinationv1.Lease{}, leaseToLock, builder.WithPredicates(onlyInitialList)).
 		WatchesMetadata(&corev1.Namespace{}, namespaceToLock, builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		Watches(&admissionv1.ValidatingAdmissionPolicyBinding{}, bindingToLock, builder.WithPredicates(onlyDeletes)).
 		WithOptions(controller.Options{

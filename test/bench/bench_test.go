@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -34,11 +35,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
 	"github.com/buildlock/buildlock/internal/testenv"
 )
 
 var (
-	flagOut      = flag.String("bench.out", "docs/benchmarks.md", "report to write, relative to the repository root")
+	flagOut      = flag.String("bench.out", "docs/benchmarks.md", "report to write (a relative path is relative to the repository root, as for the other paths)")
 	flagPlot     = flag.String("bench.plot", "docs/benchmarks-handoff.png", "plot to write, relative to the repository root")
 	flagWork     = flag.String("bench.work", "bin/bench", "directory for logs, profiles and the kubeconfig")
 	flagManager  = flag.String("bench.manager", "bin/manager", "manager binary for the memory runs")
@@ -58,21 +60,27 @@ var (
 	pods         = 10000
 	claims       = 10000
 	idleWindow   = 60 * time.Second
-	profiled     = 100 // hand-offs of the extra, CPU-profiled run
+	profiled     = 100  // hand-offs of the extra, CPU-profiled run
+	burstClaims  = 4000 // created at once in another namespace during hand-offs (issue 11)
+	queueLines   = 50   // lines waiting in the long Queue row (issue 12)
 )
 
 const (
 	warmup   = 5                     // first cycles of each run, not recorded
 	quietFor = 30 * time.Millisecond // a client counts as idle after this long without a request
 	quietMax = 2 * time.Second
+	// waitLimit bounds a wait for one observation that has no deadline of
+	// its own, so that a stuck run fails rather than hangs.
+	waitLimit = 2 * time.Minute
 )
 
 // Row names, as in the report.
 const (
-	rowFloor = "Floor (write → watch)"
-	rowLease = "Plain Lease peer"
-	rowCM    = "Client-side protocol peer"
-	rowBL    = "buildlock"
+	rowFloor  = "Floor (write → watch)"
+	rowTwoHop = "Two-hop floor"
+	rowLease  = "Plain Lease peer"
+	rowCM     = "Client-side protocol peer"
+	rowBL     = "buildlock"
 )
 
 // bench holds the API server and the clients every row shares.
@@ -93,18 +101,24 @@ type bench struct {
 func TestBench(t *testing.T) {
 	handoffs = *flagHandoffs
 	if *flagQuick {
-		handoffs, targets, leaseTargets, pods, claims, idleWindow, profiled = 30, 100, 10, 1000, 1000, 5*time.Second, 20
+		handoffs, targets, leaseTargets, pods, claims, idleWindow, profiled, burstClaims = 30, 100, 10, 1000, 1000, 5*time.Second, 20, 1000
 	}
 	root, err := testenv.RepoRoot()
 	must(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	b := &bench{ctx: ctx, outDir: filepath.Join(root, *flagWork), managerBin: filepath.Join(root, *flagManager)}
+	inRepo := func(path string) string {
+		if filepath.IsAbs(path) {
+			return path
+		}
+		return filepath.Join(root, path)
+	}
+	b := &bench{ctx: ctx, outDir: inRepo(*flagWork), managerBin: inRepo(*flagManager)}
 	must(t, os.MkdirAll(b.outDir, 0o755))
 	logFile, err := os.Create(filepath.Join(b.outDir, "operator.log"))
 	must(t, err)
 	defer logFile.Close()
-	ctrl.SetLogger(zap.New(zap.WriteTo(logFile)))
+	ctrl.SetLogger(zap.New(zap.WriteTo(logFile), zap.Level(zapcore.Level(-1))))
 	klog.SetLogger(logr.Discard()) // client-go's leader election logs every failed try
 
 	b.env, err = testenv.New()
@@ -139,8 +153,12 @@ func TestBench(t *testing.T) {
 		b.res.memory, err = b.memory(pods, claims)
 		return err
 	})
+	step("request costs", func() (err error) { b.res.costs, err = b.requestCosts(handoffs); return err })
 	mgr, err := testenv.StartManager(ctx, b.ops.wrap(b.cfg), testenv.ManagerOptions{Workers: *flagWorkers})
 	must(t, err)
+	// The manager starts by deciding every lock the cluster has (those the
+	// memory runs left): let it finish before anything is measured.
+	b.ops.quiesce(500*time.Millisecond, 3*time.Minute)
 	defer func() {
 		if mgr != nil {
 			_ = mgr.Stop()
@@ -148,6 +166,7 @@ func TestBench(t *testing.T) {
 	}()
 
 	step("floor", func() (err error) { b.res.floor, err = b.floor(handoffs); return err })
+	step("two-hop floor", func() (err error) { b.res.floors, err = b.twoHopFloor(handoffs); return err })
 	step("Lease peer hand-offs", func() error {
 		cnt := newCounter()
 		t0 := time.Now()
@@ -158,8 +177,22 @@ func TestBench(t *testing.T) {
 	})
 	step("client-side peer hand-offs (delete)", func() (err error) { b.res.cmDelete, err = b.cmHandoffs(handoffs, false); return err })
 	step("client-side peer hand-offs (pod)", func() (err error) { b.res.cmPods, err = b.cmHandoffs(handoffs, true); return err })
-	step("buildlock hand-offs (delete)", func() (err error) { b.res.blDelete, err = b.blHandoffs(handoffs, false); return err })
-	step("buildlock hand-offs (pod)", func() (err error) { b.res.blPods, err = b.blHandoffs(handoffs, true); return err })
+	step("buildlock hand-offs (delete)", func() (err error) {
+		b.res.blDelete, err = b.blHandoffs(handoffs, handoffSpec{waiting: 1})
+		return err
+	})
+	step("buildlock hand-offs (pod)", func() (err error) {
+		b.res.blPods, err = b.blHandoffs(handoffs, handoffSpec{withPods: true, waiting: 1})
+		return err
+	})
+	step("buildlock hand-offs (Queue, 1 waiting)", func() (err error) {
+		b.res.queue1, err = b.blHandoffs(handoffs, handoffSpec{ordering: buildlockv1.OrderingQueue, waiting: 1})
+		return err
+	})
+	step(fmt.Sprintf("buildlock hand-offs (Queue, %d waiting)", queueLines), func() (err error) {
+		b.res.queue50, err = b.blHandoffs(handoffs, handoffSpec{ordering: buildlockv1.OrderingQueue, waiting: queueLines})
+		return err
+	})
 	step("acquire", func() (err error) {
 		if b.res.acquireLease, err = b.leaseAcquires(b.cs, handoffs); err != nil {
 			return err
@@ -167,11 +200,14 @@ func TestBench(t *testing.T) {
 		if b.res.acquireCM, err = b.cmAcquires(handoffs); err != nil {
 			return err
 		}
-		b.res.acquireBL, b.res.acquireOps, err = b.blAcquires(handoffs)
+		if b.res.acquireBL, err = b.blAcquires(handoffs, false); err != nil {
+			return err
+		}
+		b.res.acquireKept, err = b.blAcquires(handoffs, true)
 		return err
 	})
 	step("buildlock hand-offs, CPU-profiled", func() error {
-		return b.profile("handoff", func() error { _, err := b.blHandoffs(profiled, false); return err })
+		return b.profile("handoff", func() error { _, err := b.blHandoffs(profiled, handoffSpec{waiting: 1}); return err })
 	})
 	var scaleNS string
 	step("buildlock scale", func() error {
@@ -194,14 +230,17 @@ func TestBench(t *testing.T) {
 		b.res.scale = append(b.res.scale, r)
 		return err
 	})
+	step("burst in another namespace", func() (err error) { b.res.burst, err = b.burstHandoffs(handoffs, burstClaims); return err })
+	// Last: the admission policies it installs apply to every later write.
+	step("enforcement window", func() (err error) { b.res.enforce, err = b.enforcementWindow(handoffs); return err })
 	step("report", func() error {
-		b.res.decide = readDecide(filepath.Join(root, *flagDecide))
+		b.res.decide = readDecide(inRepo(*flagDecide))
 		b.res.env = b.environment()
 		b.res.env.commit = b.res.commit
-		if err := writePlot(filepath.Join(root, *flagPlot), &b.res); err != nil {
+		if err := writePlot(inRepo(*flagPlot), &b.res); err != nil {
 			return err
 		}
-		return os.WriteFile(filepath.Join(root, *flagOut), []byte(report(&b.res, filepath.Base(*flagPlot))), 0o644)
+		return os.WriteFile(inRepo(*flagOut), []byte(report(&b.res, filepath.Base(*flagPlot))), 0o644)
 	})
 }
 

@@ -9,10 +9,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -32,22 +36,50 @@ func blClaim(ns, name, target, repo string, build int64, pod string) *buildlockv
 	return bl
 }
 
-// blHandoffs measures hand-offs on one target through the operator: a new
-// claim joins and is observed Waiting; then the holder's claim is deleted
-// or, withPods, its pod succeeds; the hand-off ends when the waiter's watch
-// shows it Held. The operator's requests of each step are counted and
-// traced.
-func (b *bench) blHandoffs(n int, withPods bool) (handoffRun, error) {
-	mode := map[bool]string{false: "bl-delete", true: "bl-pods"}[withPods]
+// handoffSpec says how one row's hand-offs run.
+type handoffSpec struct {
+	withPods bool // the holder's pod succeeds, rather than its claim being deleted
+	// ordering is the target's BuildLockPolicy's; "" runs without a policy
+	// (NewestWins).
+	ordering buildlockv1.Ordering
+	// waiting is how many lines wait behind the holder at each hand-off
+	// (NewestWins has one waiting slot).
+	waiting int
+	// until, when set, ends the run at the first hand-off that would start
+	// after it is closed (at most n hand-offs); every hand-off counts, none
+	// is a warm-up.
+	until <-chan struct{}
+}
+
+// blHandoffs measures hand-offs on one target through the operator. Before
+// each hand-off, new claims (a new line each) join until spec.waiting wait,
+// each observed Waiting; then the holder's claim is deleted or, withPods,
+// its pod succeeds; the hand-off ends when the first waiting claim is seen
+// holding: by its grant Lease naming it (as pkg/lock sees it) and by its
+// status (as kubectl wait sees it). The operator's requests of each step are
+// counted and traced.
+func (b *bench) blHandoffs(n int, spec handoffSpec) (handoffRun, error) {
+	prefix := map[bool]string{false: "bl-delete", true: "bl-pods"}[spec.withPods]
+	if spec.ordering != "" {
+		prefix = fmt.Sprintf("bl-%s-%d", strings.ToLower(string(spec.ordering)), spec.waiting)
+	}
 	run := handoffRun{}
-	ns := b.namespace(mode)
+	ns := b.namespace(prefix)
+	if spec.ordering != "" {
+		if err := b.setOrdering(ns, "staging", spec.ordering); err != nil {
+			return run, err
+		}
+	}
 	tr, err := trackClaims(b.ctx, b.blc, ns)
 	if err != nil {
 		return run, err
 	}
-	join := func(i int) (string, error) {
+	joined := 0
+	join := func() (string, error) {
+		i := joined
+		joined++
 		name, pod := fmt.Sprintf("c-%d", i), ""
-		if withPods {
+		if spec.withPods {
 			pod = fmt.Sprintf("p-%d", i)
 			if _, err := b.createPod(ns, pod); err != nil {
 				return "", err
@@ -55,29 +87,49 @@ func (b *bench) blHandoffs(n int, withPods bool) (handoffRun, error) {
 		}
 		return name, b.blc.Create(b.ctx, blClaim(ns, name, "staging", fmt.Sprintf("acme/app-%d", i), int64(i+1), pod))
 	}
-	holder, err := join(0)
+	holder, err := join()
 	if err != nil {
 		return run, err
 	}
 	if _, err := tr.waitPhase(b.ctx, holder, buildlockv1.PhaseHeld); err != nil {
 		return run, err
 	}
-	for i := 1; i <= warmup+n; i++ {
+	// quiesce lets the operator finish what a step caused, so that its
+	// requests are counted in that step; not during a burst elsewhere,
+	// which keeps the operator busy throughout.
+	quiesce := func() {
+		if spec.until == nil {
+			b.ops.quiesce(quietFor, quietMax)
+		}
+	}
+	var queue []string // the waiting claims, first in line first
+	skip := warmup
+	if spec.until != nil {
+		skip = 0
+	}
+	for i := 1; i <= skip+n; i++ {
 		o0, c0 := b.ops.snapshot(), b.blCount.snapshot()
-		next, err := join(i)
-		if err != nil {
-			return run, err
+		for len(queue) < spec.waiting {
+			next, err := join()
+			if err != nil {
+				return run, err
+			}
+			if _, err := tr.waitPhase(b.ctx, next, buildlockv1.PhaseWaiting); err != nil {
+				return run, err
+			}
+			queue = append(queue, next)
 		}
-		if _, err := tr.waitPhase(b.ctx, next, buildlockv1.PhaseWaiting); err != nil {
-			return run, err
-		}
-		b.ops.quiesce(quietFor, quietMax)
+		quiesce()
 		o1, c1 := b.ops.snapshot(), b.blCount.snapshot()
+		if closed(spec.until) {
+			break
+		}
 
+		next := queue[0]
 		b.ops.startTrace()
 		t0 := time.Now()
-		if withPods {
-			t0, err = b.succeedPod(ns, fmt.Sprintf("p-%d", i-1))
+		if spec.withPods {
+			t0, err = b.succeedPod(ns, podOf(holder))
 		} else {
 			err = b.blc.Delete(b.ctx, &buildlockv1.BuildLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: holder}})
 		}
@@ -85,59 +137,137 @@ func (b *bench) blHandoffs(n int, withPods bool) (handoffRun, error) {
 			return run, fmt.Errorf("releasing %s: %w", holder, err)
 		}
 		released := time.Now()
-		t1, err := tr.waitPhase(b.ctx, next, buildlockv1.PhaseHeld)
+		held, err := tr.waitPhase(b.ctx, next, buildlockv1.PhaseHeld)
 		if err != nil {
 			return run, err
 		}
-		b.ops.quiesce(quietFor, quietMax)
-		trace := b.ops.stopTrace()
-		if i > warmup {
-			run.add(t1.Sub(t0), c1.minus(c0), b.blCount.snapshot().minus(c1))
-			run.addOperator(o1.minus(o0), b.ops.snapshot().minus(o1))
-			run.traces = append(run.traces, cycleTrace{t0: t0, released: released, observed: t1, requests: trace})
+		granted, err := tr.waitGranted(b.ctx, next)
+		if err != nil {
+			return run, err
 		}
-		if withPods { // what --finished-ttl would do later; not part of the hand-off
+		quiesce()
+		trace := b.ops.stopTrace()
+		if i > skip {
+			run.add(held.Sub(t0), c1.minus(c0), b.blCount.snapshot().minus(c1))
+			run.latLease = append(run.latLease, granted.Sub(t0))
+			run.addOperator(o1.minus(o0), b.ops.snapshot().minus(o1))
+			run.traces = append(run.traces, cycleTrace{t0: t0, released: released, observed: held, observedLease: granted, requests: trace})
+		}
+		if spec.withPods { // what --finished-ttl would do later; not part of the hand-off
 			if err := b.c.Delete(b.ctx, &buildlockv1.BuildLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: holder}}); err != nil {
 				return run, err
 			}
-			if err := b.deletePod(ns, fmt.Sprintf("p-%d", i-1)); err != nil {
+			if err := b.deletePod(ns, podOf(holder)); err != nil {
 				return run, err
 			}
-			b.ops.quiesce(quietFor, quietMax)
+			quiesce()
 		}
-		holder = next
+		holder, queue = next, queue[1:]
 	}
 	return run, nil
 }
 
-// blAcquires measures create → Held on free locks (a new target each), and
-// the operator's requests per acquisition.
-func (b *bench) blAcquires(n int) ([]time.Duration, counts, error) {
-	ns := b.namespace("bl-acquire")
+// closed reports whether ch is closed; a nil channel never is.
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// podOf is the pod of claim c-<i>: p-<i>.
+func podOf(claim string) string { return "p-" + strings.TrimPrefix(claim, "c-") }
+
+// setOrdering creates the BuildLockPolicy of target in ns with ordering, and
+// waits until the operator applies it.
+func (b *bench) setOrdering(ns, target string, ordering buildlockv1.Ordering) error {
+	policy := &buildlockv1.BuildLockPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: target}}
+	policy.Spec.Ordering = ordering
+	return b.createPolicy(policy)
+}
+
+// createPolicy creates a BuildLockPolicy and waits until its Ready
+// condition says the operator applies it (so that the operator's cache
+// has it).
+func (b *bench) createPolicy(policy *buildlockv1.BuildLockPolicy) error {
+	if err := b.c.Create(b.ctx, policy); err != nil {
+		return fmt.Errorf("creating BuildLockPolicy %s/%s: %w", policy.Namespace, policy.Name, err)
+	}
+	return wait.PollUntilContextTimeout(b.ctx, 20*time.Millisecond, waitLimit, true, func(ctx context.Context) (bool, error) {
+		var p buildlockv1.BuildLockPolicy
+		if err := b.c.Get(ctx, client.ObjectKeyFromObject(policy), &p); err != nil {
+			return false, err
+		}
+		return meta.IsStatusConditionTrue(p.Status.Conditions, buildlockv1.ConditionReady), nil
+	})
+}
+
+// acquireRun is one row of acquisitions of a free lock: until the status
+// shows Held, until the grant Lease names the claim, and the operator's
+// requests per acquisition.
+type acquireRun struct {
+	lat, latLease []time.Duration
+	ops           counts
+}
+
+// blAcquires measures create → Held on free locks: a new target each time
+// (the lock has no Lease yet), or, kept, one target whose previous holder
+// released it (its Lease is kept, free).
+func (b *bench) blAcquires(n int, kept bool) (acquireRun, error) {
+	var r acquireRun
+	ns := b.namespace(map[bool]string{false: "bl-acquire", true: "bl-acquire-kept"}[kept])
 	tr, err := trackClaims(b.ctx, b.blc, ns)
 	if err != nil {
-		return nil, nil, err
+		return r, err
 	}
-	var out []time.Duration
-	var ops counts
 	for i := range warmup + n {
-		name := fmt.Sprintf("c-%d", i)
+		name, target := fmt.Sprintf("c-%d", i), fmt.Sprintf("t%d", i)
+		if kept {
+			target = "staging"
+		}
 		o0 := b.ops.snapshot()
 		t0 := time.Now()
-		if err := b.blc.Create(b.ctx, blClaim(ns, name, fmt.Sprintf("t%d", i), "acme/app", 1, "")); err != nil {
-			return nil, nil, err
+		if err := b.blc.Create(b.ctx, blClaim(ns, name, target, "acme/app", int64(i+1), "")); err != nil {
+			return r, err
 		}
-		t1, err := tr.waitPhase(b.ctx, name, buildlockv1.PhaseHeld)
+		held, err := tr.waitPhase(b.ctx, name, buildlockv1.PhaseHeld)
 		if err != nil {
-			return nil, nil, err
+			return r, err
+		}
+		granted, err := tr.waitGranted(b.ctx, name)
+		if err != nil {
+			return r, err
 		}
 		b.ops.quiesce(quietFor, quietMax)
 		if i >= warmup {
-			out = append(out, t1.Sub(t0))
-			ops = ops.plus(b.ops.snapshot().minus(o0))
+			r.lat = append(r.lat, held.Sub(t0))
+			r.latLease = append(r.latLease, granted.Sub(t0))
+			r.ops = r.ops.plus(b.ops.snapshot().minus(o0))
+		}
+		if kept { // free the lock again for the next one, outside the measurement
+			if err := b.blc.Delete(b.ctx, &buildlockv1.BuildLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}); err != nil {
+				return r, err
+			}
+			if err := b.waitFree(ns, target); err != nil {
+				return r, err
+			}
+			b.ops.quiesce(quietFor, quietMax)
 		}
 	}
-	return out, ops, nil
+	return r, nil
+}
+
+// waitFree waits until the grant Lease of target names no holder.
+func (b *bench) waitFree(ns, target string) error {
+	return wait.PollUntilContextTimeout(b.ctx, 5*time.Millisecond, waitLimit, true, func(ctx context.Context) (bool, error) {
+		var lease coordinationv1.Lease
+		if err := b.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "buildlock-" + target}, &lease); err != nil {
+			return false, err
+		}
+		return lease.Spec.HolderIdentity == nil, nil
+	})
 }
 
 // blScale creates contenders claims (one line each) on every target at once

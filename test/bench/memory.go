@@ -31,6 +31,7 @@ type memResult struct {
 	heapAlloc, heapInuse float64 // bytes, just after a garbage collection
 	rss, peakRSS         float64 // bytes: VmRSS and VmHWM
 	startup              time.Duration
+	writes               int // the manager's write requests until it was idle
 	note                 string
 }
 
@@ -44,7 +45,7 @@ func (b *bench) memory(pods, claims int) ([]memResult, error) {
 	var out []memResult
 	var tr *claimTracker // follows the claims, once there are some
 	run := func(label, note string) error {
-		r, err := b.runManagerBinary(label, func() bool {
+		r, err := b.runManagerBinary(label, 0, func() bool {
 			ctx, cancel := context.WithTimeout(b.ctx, 10*time.Minute)
 			defer cancel()
 			return tr == nil || tr.waitUntil(ctx, func(phases map[string]buildlockv1.Phase) bool {
@@ -93,10 +94,41 @@ func (b *bench) memory(pods, claims int) ([]memResult, error) {
 	if err != nil {
 		return out, fmt.Errorf("creating claims: %w", err)
 	}
+	first0, err := b.apiserverWrites()
+	if err != nil {
+		return out, err
+	}
 	if err := run(fmt.Sprintf("%d claims (%d locks) and the pods", claims, claims/claimsPerLock), ""); err != nil {
 		return out, err
 	}
+	first1, err := b.apiserverWrites()
+	if err != nil {
+		return out, err
+	}
+	b.res.cold.firstWrites = first1.minus(first0)
 	out[len(out)-1].note = fmt.Sprintf("one Held, one Waiting, two Superseded per lock; decided from a cold start in %.0f s", out[len(out)-1].startup.Seconds())
+	b.res.cold.firstDecision, b.res.cold.firstManagerWrites = out[len(out)-1].startup, out[len(out)-1].writes
+
+	// A restart over the same claims, all decided: every lock is decided
+	// again, and none of them changes.
+	locks := claims / claimsPerLock
+	w0, err := b.apiserverWrites()
+	if err != nil {
+		return out, err
+	}
+	restart, err := b.runManagerBinary("restart", locks, func() bool { return true })
+	if err != nil {
+		return out, err
+	}
+	w1, err := b.apiserverWrites()
+	if err != nil {
+		return out, err
+	}
+	b.res.cold.locks, b.res.cold.restart, b.res.cold.restartWrites = locks, restart.startup, w1.minus(w0)
+	b.res.cold.restartManagerWrites = restart.writes
+	restart.label = fmt.Sprintf("restarted over the %d decided claims", claims)
+	restart.note = fmt.Sprintf("every lock decided again in %.1f s; %d writes", restart.startup.Seconds(), restart.writes)
+	out = append(out, restart)
 
 	// Leave a clean cluster for the latency runs.
 	if err := b.c.DeleteAllOf(b.ctx, &buildlockv1.BuildLock{}, client.InNamespace(claimNS)); err != nil {
@@ -143,8 +175,9 @@ func unrelatedPod(ns string, i int) *corev1.Pod {
 }
 
 // runManagerBinary runs bin/manager against the API server until it has
-// decided every claim and gone idle, then samples its memory and stops it.
-func (b *bench) runManagerBinary(label string, decided func() bool) (memResult, error) {
+// decided every claim (and run at least minReconciles reconciles) and gone
+// idle, then samples its memory and stops it.
+func (b *bench) runManagerBinary(label string, minReconciles int, decided func() bool) (memResult, error) {
 	r := memResult{label: label}
 	kubeconfig := filepath.Join(b.outDir, "kubeconfig")
 	if err := os.WriteFile(kubeconfig, b.env.KubeConfig, 0o600); err != nil {
@@ -156,7 +189,7 @@ func (b *bench) runManagerBinary(label string, decided func() bool) (memResult, 
 		return r, err
 	}
 	defer logFile.Close()
-	cmd := exec.Command(b.managerBin, "--metrics-bind-address="+metricsAddr, "--health-probe-bind-address="+probeAddr,
+	cmd := exec.Command(b.managerBin, "--metrics-bind-address="+metricsAddr, "--metrics-secure=false", "--health-probe-bind-address="+probeAddr,
 		"--leader-elect=false", "--finished-ttl=0")
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
@@ -182,7 +215,7 @@ func (b *bench) runManagerBinary(label string, decided func() bool) (memResult, 
 			continue
 		}
 		done := m["controller_runtime_reconcile_total"]
-		if m["workqueue_depth"] == 0 && done == last && decided() {
+		if m["workqueue_depth"] == 0 && done == last && done >= float64(minReconciles) && decided() {
 			if stable == 0 {
 				r.startup = time.Since(t0) - 500*time.Millisecond
 			}
@@ -212,6 +245,7 @@ func (b *bench) runManagerBinary(label string, decided func() bool) (memResult, 
 		return r, err
 	}
 	r.heapAlloc, r.heapInuse = m["go_memstats_heap_alloc_bytes"], m["go_memstats_heap_inuse_bytes"]
+	r.writes = int(m[managerWrites])
 	r.rss, r.peakRSS, err = procMemory(cmd.Process.Pid)
 	return r, err
 }
@@ -225,6 +259,10 @@ func freeAddr() string {
 	return l.Addr().String()
 }
 
+// managerWrites is the key under which scrape sums the manager's write
+// requests.
+const managerWrites = "manager writes"
+
 // scrape reads the Prometheus text format, summing each metric's series.
 func scrape(addr string) (map[string]float64, error) {
 	resp, err := http.Get("http://" + addr + "/metrics")
@@ -232,6 +270,9 @@ func scrape(addr string) (map[string]float64, error) {
 		return nil, err
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("scraping %s: %s", addr, resp.Status)
+	}
 	out := map[string]float64{}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
@@ -245,11 +286,61 @@ func scrape(addr string) (map[string]float64, error) {
 			name = line[:i]
 			_, rest, _ = strings.Cut(line[strings.LastIndexByte(line, '}'):], " ")
 		}
-		if v, err := strconv.ParseFloat(strings.Fields(rest)[0], 64); err == nil {
-			out[name] += v
+		v, err := strconv.ParseFloat(strings.Fields(rest)[0], 64)
+		if err != nil {
+			continue
+		}
+		out[name] += v
+		// The manager's own writes: client-go counts its requests by method.
+		if name == "rest_client_requests_total" {
+			switch {
+			case strings.Contains(line, `method="POST"`), strings.Contains(line, `method="PUT"`),
+				strings.Contains(line, `method="PATCH"`), strings.Contains(line, `method="DELETE"`):
+				out[managerWrites] += v
+			}
 		}
 	}
 	return out, sc.Err()
+}
+
+// apiserverWrites reads the API server's count of the writes it has served
+// so far (apiserver_request_total), by verb and resource as the harness's
+// counters name them: writes by any client, for windows in which only one
+// client writes.
+func (b *bench) apiserverWrites() (counts, error) {
+	raw, err := b.cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(b.ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reading the API server's metrics: %w", err)
+	}
+	verbs := map[string]string{"POST": "create", "PUT": "update", "PATCH": "patch", "APPLY": "patch", "DELETE": "delete", "DELETECOLLECTION": "deletecollection"}
+	out := counts{}
+	label := func(series, name string) string {
+		_, v, ok := strings.Cut(series, name+`="`)
+		if !ok {
+			return ""
+		}
+		v, _, _ = strings.Cut(v, `"`)
+		return v
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if !strings.HasPrefix(line, "apiserver_request_total{") {
+			continue
+		}
+		verb, ok := verbs[label(line, "verb")]
+		if !ok || label(line, "dry_run") != "" {
+			continue
+		}
+		resource := label(line, "resource")
+		if sub := label(line, "subresource"); sub != "" {
+			resource += "/" + sub
+		}
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err != nil {
+			continue
+		}
+		out[verb+" "+resource] += int(v)
+	}
+	return out, nil
 }
 
 // procMemory reads VmRSS and VmHWM (peak RSS) from /proc, in bytes.

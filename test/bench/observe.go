@@ -6,9 +6,11 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"strings"
 	"sync"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
@@ -64,11 +66,13 @@ func watchNamespace(ctx context.Context, c client.WithWatch, list client.ObjectL
 
 // claimTracker follows the BuildLocks of a namespace as a contender sees
 // them through its watch: each claim's phase, and when each phase was first
-// observed.
+// observed. It also follows the grant Leases, as pkg/lock does: when a
+// Lease first named each claim with a fencing token.
 type claimTracker struct {
 	mu      sync.Mutex
 	phase   map[string]buildlockv1.Phase
 	seen    map[string]map[buildlockv1.Phase]time.Time
+	granted map[string]time.Time // claim name → when a grant Lease first named it
 	changed chan struct{}
 }
 
@@ -76,9 +80,45 @@ func trackClaims(ctx context.Context, c client.WithWatch, ns string) (*claimTrac
 	t := &claimTracker{
 		phase:   map[string]buildlockv1.Phase{},
 		seen:    map[string]map[buildlockv1.Phase]time.Time{},
+		granted: map[string]time.Time{},
 		changed: make(chan struct{}),
 	}
+	if err := watchNamespace(ctx, c, &coordinationv1.LeaseList{}, ns, t.onLease); err != nil {
+		return nil, err
+	}
 	return t, watchNamespace(ctx, c, &buildlockv1.BuildLockList{}, ns, t.on)
+}
+
+// onLease records the claim a grant Lease names, the way pkg/lock reads a
+// grant: holderIdentity "name/uid" with a fencing token (leaseTransitions).
+func (t *claimTracker) onLease(typ watch.EventType, obj client.Object, at time.Time) {
+	lease := obj.(*coordinationv1.Lease)
+	if typ == watch.Deleted || lease.Spec.HolderIdentity == nil || lease.Spec.LeaseTransitions == nil || *lease.Spec.LeaseTransitions == 0 {
+		return
+	}
+	name, _, _ := strings.Cut(*lease.Spec.HolderIdentity, "/")
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.granted[name]; !ok {
+		t.granted[name] = at
+	}
+	close(t.changed)
+	t.changed = make(chan struct{})
+}
+
+// waitGranted waits until a grant Lease has named claim name and returns
+// when it first did.
+func (t *claimTracker) waitGranted(ctx context.Context, name string) (time.Time, error) {
+	var at time.Time
+	err := t.waitUntil(ctx, func(map[string]buildlockv1.Phase) bool {
+		var ok bool
+		at, ok = t.granted[name]
+		return ok
+	})
+	if err != nil {
+		return at, fmt.Errorf("waiting for a grant Lease to name BuildLock %s: %w", name, err)
+	}
+	return at, nil
 }
 
 func (t *claimTracker) on(typ watch.EventType, obj client.Object, at time.Time) {
@@ -135,6 +175,11 @@ func (t *claimTracker) phases() map[string]buildlockv1.Phase {
 // waitUntil waits until cond, called under the tracker's lock with the
 // current phases, holds.
 func (t *claimTracker) waitUntil(ctx context.Context, cond func(map[string]buildlockv1.Phase) bool) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, waitLimit)
+		defer cancel()
+	}
 	for {
 		t.mu.Lock()
 		ok, ch := cond(t.phase), t.changed

@@ -17,29 +17,36 @@ import (
 
 // results is everything one run measured.
 type results struct {
-	started                            time.Time
-	commit                             string // of the operator under test, when the run started
-	env                                envInfo
-	floor                              []time.Duration
-	lease, cmDelete, cmPods            handoffRun
-	blDelete, blPods                   handoffRun
-	leaseWall                          time.Duration
-	acquireLease, acquireCM, acquireBL []time.Duration
-	acquireOps                         counts
-	scale                              []scaleResult
-	idle                               idleResult
-	memory                             []memResult
-	fullPodCache                       float64 // bytes the unrelated pods take as typed objects
-	decide                             []string
-	profiles                           []string
+	started                 time.Time
+	commit                  string // of the operator under test, when the run started
+	env                     envInfo
+	floor                   []time.Duration
+	floors                  floorRun
+	lease, cmDelete, cmPods handoffRun
+	blDelete, blPods        handoffRun
+	queue1, queue50         handoffRun
+	leaseWall               time.Duration
+	acquireLease, acquireCM []time.Duration
+	acquireBL, acquireKept  acquireRun
+	burst                   burstResult
+	enforce                 enforceResult
+	cold                    coldStart
+	costs                   []requestCost
+	scale                   []scaleResult
+	idle                    idleResult
+	memory                  []memResult
+	fullPodCache            float64 // bytes the unrelated pods take as typed objects
+	decide                  []string
+	profiles                []string
 }
 
 // handoffRun is one row's hand-offs: latencies, and the requests of the
 // contenders (and of the operator) in each step, summed over the run.
 type handoffRun struct {
-	lat                 []time.Duration
-	settle, handoff     counts // contenders': a new claim until it waits; a release until the waiter holds
-	opSettle, opHandoff counts // the operator's, in the same windows
+	lat                 []time.Duration // until the waiter's status shows it Held
+	latLease            []time.Duration // until the grant Lease names the waiter (buildlock only)
+	settle, handoff     counts          // contenders': a new claim until it waits; a release until the waiter holds
+	opSettle, opHandoff counts          // the operator's, in the same windows
 	traces              []cycleTrace
 }
 
@@ -56,6 +63,7 @@ func (r *handoffRun) addOperator(settle, handoff counts) {
 // returned, when the waiter saw its grant, and the operator's requests.
 type cycleTrace struct {
 	t0, released, observed time.Time
+	observedLease          time.Time
 	requests               []traced
 }
 
@@ -69,6 +77,41 @@ type scaleResult struct {
 	reconcilesSettle, reconcilesRelease int
 	violations                          int
 	cpuSettle, cpuRelease               cpuUse
+}
+
+// coldStart is the manager binary starting over 10,000 claims: all Pending
+// (the first decision of every lock), then all decided (a restart).
+type coldStart struct {
+	locks                                    int
+	firstDecision, restart                   time.Duration
+	firstManagerWrites, restartManagerWrites int    // the manager's own
+	firstWrites, restartWrites               counts // every write the API server served in the window
+}
+
+// cpuPerClaim is the API server's CPU time per claim settled, in
+// milliseconds.
+func (s scaleResult) cpuPerClaim() float64 {
+	return 1000 * s.cpuSettle.secs["kube-apiserver"] / float64(s.claims)
+}
+
+// cpuPerLock is the API server's CPU time per lock handed over, in
+// milliseconds.
+func (s scaleResult) cpuPerLock() float64 {
+	return 1000 * s.cpuRelease.secs["kube-apiserver"] / float64(targets)
+}
+
+// scaleRows returns buildlock's scale row and the client-side peer's.
+func (r *results) scaleRows() (bl, cm scaleResult, ok bool) {
+	var haveBL, haveCM bool
+	for _, s := range r.scale {
+		switch {
+		case strings.HasPrefix(s.row, rowBL):
+			bl, haveBL = s, true
+		case s.row == rowCM:
+			cm, haveCM = s, true
+		}
+	}
+	return bl, cm, haveBL && haveCM
 }
 
 type idleResult struct {
@@ -102,7 +145,7 @@ type step struct {
 // traced hand-offs and returns its steps at their median offsets, how many
 // hand-offs followed it, and the median instants the release returned and
 // the waiter saw its grant.
-func breakdown(traces []cycleTrace) (steps []step, share int, released, observed time.Duration) {
+func breakdown(traces []cycleTrace) (steps []step, share int, released, observed, observedLease time.Duration) {
 	bySig := map[string][]cycleTrace{}
 	best := ""
 	for _, tr := range traces {
@@ -118,11 +161,12 @@ func breakdown(traces []cycleTrace) (steps []step, share int, released, observed
 	}
 	group := bySig[best]
 	if len(group) == 0 {
-		return nil, 0, 0, 0
+		return nil, 0, 0, 0, 0
 	}
-	var rel, obs []time.Duration
+	var rel, obs, obsLease []time.Duration
 	for _, tr := range group {
 		rel, obs = append(rel, tr.released.Sub(tr.t0)), append(obs, tr.observed.Sub(tr.t0))
+		obsLease = append(obsLease, tr.observedLease.Sub(tr.t0))
 	}
 	for k, r := range group[0].requests {
 		var starts, ends []time.Duration
@@ -131,7 +175,7 @@ func breakdown(traces []cycleTrace) (steps []step, share int, released, observed
 		}
 		steps = append(steps, step{r.what, median(starts), median(ends)})
 	}
-	return steps, len(group), median(rel), median(obs)
+	return steps, len(group), median(rel), median(obs), median(obsLease)
 }
 
 // profileTop summarizes a CPU profile: the operator's reconcile, cumulative.
@@ -151,6 +195,29 @@ func gitDescribe() string {
 		return "unknown"
 	}
 	return strings.TrimSpace(string(out))
+}
+
+// decideResult is one line of BenchmarkDecide's output.
+type decideResult struct {
+	perOp  time.Duration
+	allocs float64
+}
+
+// decideLine finds the result for a lock of n claims in BenchmarkDecide's
+// output.
+func decideLine(lines []string, n int) (decideResult, bool) {
+	for _, l := range lines {
+		f := strings.Fields(l)
+		if len(f) < 8 || !strings.HasPrefix(f[0], fmt.Sprintf("BenchmarkDecide/claims=%d-", n)) {
+			continue
+		}
+		ns, err1 := strconv.ParseFloat(f[2], 64)
+		allocs, err2 := strconv.ParseFloat(f[6], 64)
+		if err1 == nil && err2 == nil {
+			return decideResult{time.Duration(ns), allocs}, true
+		}
+	}
+	return decideResult{}, false
 }
 
 // readDecide keeps the benchmark lines of BenchmarkDecide's output.
