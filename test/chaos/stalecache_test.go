@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -19,8 +18,6 @@ import (
 	"github.com/buildlock/buildlock/internal/testenv"
 )
 
-var flagKnownBugs = flag.Bool("chaos.known-bugs", false, "also run the regression tests of operator bugs found by the chaos runs and not fixed yet (they fail until then)")
-
 // TestStaleClaimsCacheKeepsHolder: a manager whose claims cache has not yet
 // seen the holder, while its Lease cache has the grant that names it (the
 // two informers list and watch separately: after a 410 Gone one may
@@ -31,14 +28,13 @@ var flagKnownBugs = flag.Bool("chaos.known-bugs", false, "also run the regressio
 // Found by the chaos runs after the operator began deciding from the cache
 // (main's 96ad842): a live pod-less holder Released/LockLost 8–18 s before
 // its expiry, the Lease freed or handed to a claim already Superseded, seen
-// in 4 of 6 short runs with random seeds (no-preemption). Run with
-// -chaos.known-bugs until the fix lands; then drop the flag.
+// in 4 of 5 short runs (no-preemption). Regression test for bug 5 of
+// docs/reliability.md, fixed in 88a20d8 (holderGone: a decision that moves
+// the grant off a holder the claims do not show reads that claim live
+// first); it failed before that commit.
 func TestStaleClaimsCacheKeepsHolder(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs against a real API server; skipped with -short")
-	}
-	if !*flagKnownBugs {
-		t.Skip("a known operator bug not fixed yet (docs/reliability.md, bug 5): run with -chaos.known-bugs")
 	}
 	t.Parallel()
 	cfg := sharedControlPlane(t)
