@@ -232,6 +232,7 @@ func TestChaos(t *testing.T) {
 	h.barrier(ctx)
 	h.check.CheckGrantsCoverHolds()
 	h.check.CheckMemorySupersessions()
+	h.check.CheckLeaseDeletions()
 	h.figure("run: %s in total (chaos %s)", time.Since(begin).Round(time.Second), o.duration)
 }
 

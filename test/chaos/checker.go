@@ -217,6 +217,9 @@ type claimView struct {
 	status  buildlockv1.BuildLockStatus
 	rv      string
 	deleted bool
+	// deletedRV is the resourceVersion of its deletion (zero: not seen
+	// deleted, or found gone by a re-list).
+	deletedRV uint64
 	// addedRV is the resourceVersion the claim was first seen with: no
 	// decision written to the Lease before it can have known the claim.
 	addedRV uint64
@@ -267,6 +270,9 @@ type lockView struct {
 	// and ended while the claim watch was behind, or of a claim not yet
 	// seen when its grant was).
 	memory map[line][]heldBuild
+	// deletions are Lease deletions seen while claims of the lock were
+	// live as far as the checker knew.
+	deletions []leaseDeletion
 	// memoryPending are supersessions by the line memory that nothing seen
 	// so far explains; the Lease that does may arrive later than the
 	// claim's status (two watches), so they are judged at the end of the
@@ -454,6 +460,7 @@ func (c *Checker) observeClaim(typ watch.EventType, bl *buildlockv1.BuildLock) {
 
 	if typ == watch.Deleted {
 		cv.deleted = true
+		cv.deletedRV = parseRV(bl.ResourceVersion)
 		delete(lv.held, bl.UID)
 		c.checkDeletion(e, bl, now, false)
 		return
@@ -927,13 +934,12 @@ func (c *Checker) checkLeaseDeletion(e Entry, lv *lockView, l *coordinationv1.Le
 	if l.Spec.RenewTime != nil {
 		lastWritten = l.Spec.RenewTime.Time
 	}
-	var live []string
+	var live []*claimView
 	for _, cv := range c.claims {
 		if cv.lock == e.Lock && !cv.deleted {
-			live = append(live, cv.name)
+			live = append(live, cv)
 		}
 	}
-	sort.Strings(live)
 	switch now := c.o.Now(); {
 	case l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "":
 		c.violate(e, "grant-record-kept", "the grant Lease %s was deleted while it named %s", l.Name, *l.Spec.HolderIdentity)
@@ -941,7 +947,9 @@ func (c *Checker) checkLeaseDeletion(e Entry, lv *lockView, l *coordinationv1.Le
 		c.violate(e, "grant-record-kept", "the grant Lease %s (token %d) was deleted before the token floor of %s held its token (floor %d): tokens could repeat",
 			l.Name, token, l.Namespace, c.floors[l.Namespace])
 	case len(live) > 0 && !gap:
-		c.violate(e, "grant-record-kept", "the grant Lease %s was deleted while its lock had claims (%s)", l.Name, strings.Join(live, ", "))
+		// The claims' deletions may still be on their way (two watches):
+		// judged at the end of the run, in etcd's order.
+		lv.deletions = append(lv.deletions, leaseDeletion{e: e, name: l.Name, rv: parseRV(l.ResourceVersion), live: live})
 	case now.Add(c.o.Tolerance).Before(lastWritten.Add(c.o.Retention)):
 		c.violate(e, "grant-record-kept", "the grant Lease %s was deleted %s after its last write, before the grant retention %s",
 			l.Name, now.Sub(lastWritten).Round(time.Millisecond), c.o.Retention)
@@ -969,6 +977,50 @@ func (c *Checker) CheckGrantsCoverHolds() {
 			e := c.record(Entry{At: c.o.Now(), Kind: "Check", Lock: cv.lock, Name: cv.name, UID: cv.uid, What: "end of run"})
 			c.violate(e, "grant-before-hold", "%s was shown Held with token %d, but the Lease never named it with that token", cv.name, t)
 		}
+	}
+}
+
+// leaseDeletion is a grant Lease deleted (resourceVersion rv) while the
+// claims live were not seen deleted yet.
+type leaseDeletion struct {
+	e    Entry
+	name string
+	rv   uint64
+	live []*claimView
+}
+
+// CheckLeaseDeletions is run once the watches have caught up: a grant Lease
+// is deleted only when no claim of its lock exists, in etcd's order. A
+// claim deleted at a lower resourceVersion than the Lease (its event came
+// later, on the other watch), created at a higher one, or found gone by a
+// re-list (when is unknown) does not count.
+func (c *Checker) CheckLeaseDeletions() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	keys := make([]LockKey, 0, len(c.locks))
+	for k := range c.locks {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
+	for _, k := range keys {
+		lv := c.locks[k]
+		for _, d := range lv.deletions {
+			var had []string
+			for _, cv := range d.live {
+				if latest := c.claims[cv.uid]; latest != nil {
+					cv = latest // each event makes a new view
+				}
+				gone := cv.deleted && (cv.deletedRV == 0 || cv.deletedRV < d.rv)
+				if !gone && cv.addedRV < d.rv {
+					had = append(had, cv.name)
+				}
+			}
+			if len(had) > 0 {
+				sort.Strings(had)
+				c.violate(d.e, "grant-record-kept", "the grant Lease %s was deleted while its lock had claims (%s)", d.name, strings.Join(had, ", "))
+			}
+		}
+		lv.deletions = nil
 	}
 }
 

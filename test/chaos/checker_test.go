@@ -125,6 +125,28 @@ func (h *history) remember(repo string, build int64, heldAt time.Time) {
 	h.c.ObserveLease(watch.Modified, h.lease.DeepCopy())
 }
 
+// deleteLeaseAround: the last claim b and the idle Lease are deleted, the
+// claim first in etcd (lower resourceVersion) when claimFirst; the checker
+// sees the Lease's deletion first either way (two watches).
+func deleteLeaseAround(h *history, claimFirst bool) {
+	handOff(h)
+	h.deleteClaim("a", true)
+	h.grant("", 2)
+	h.later(time.Hour)
+	floor := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: TokenFloorLease, ResourceVersion: h.nextRV()},
+		Spec: coordinationv1.LeaseSpec{LeaseTransitions: ptr.To(int32(2))}}
+	h.c.ObserveLease(watch.Added, floor)
+	b, l := h.claims["b"].DeepCopy(), h.lease.DeepCopy()
+	if claimFirst {
+		b.ResourceVersion, l.ResourceVersion = h.nextRV(), h.nextRV()
+	} else {
+		l.ResourceVersion, b.ResourceVersion = h.nextRV(), h.nextRV()
+	}
+	h.ledger.RequestDelete(ns, "b")
+	h.c.ObserveLease(watch.Deleted, l)
+	h.c.ObserveClaim(watch.Deleted, b)
+}
+
 // hold: the grant goes to a claim, then its status shows it Held.
 func (h *history) hold(name string, token int32, edit ...func(*buildlockv1.BuildLockStatus)) {
 	h.grant(name, token)
@@ -312,6 +334,9 @@ func TestCheckerAccepts(t *testing.T) {
 			h.c.ObserveLease(watch.Added, floor)
 			h.c.ObserveLease(watch.Deleted, h.lease.DeepCopy())
 		},
+		"an idle Lease deletion seen before the deletion of its last claim, which came first": func(h *history) {
+			deleteLeaseAround(h, true)
+		},
 		"Queue: a claim that arrived after the grant was written, before its Held status": func(h *history) {
 			h.setPolicy(buildlockv1.OrderingQueue, 0)
 			h.create("g", "acme/shop", 95, "pod-g")
@@ -390,6 +415,7 @@ func TestCheckerAccepts(t *testing.T) {
 			history(h)
 			h.c.CheckGrantsCoverHolds()
 			h.c.CheckMemorySupersessions()
+			h.c.CheckLeaseDeletions()
 			h.expect()
 		})
 	}
@@ -622,6 +648,10 @@ func TestCheckerReports(t *testing.T) {
 			},
 			rules: []string{"superseded-by-newer"},
 		},
+		"a Lease deleted while its lock still had a claim": {
+			history: func(h *history) { deleteLeaseAround(h, false) },
+			rules:   []string{"grant-record-kept"},
+		},
 		"a claim superseded by a line memory of a lower build": {
 			history: func(h *history) {
 				h.remember("acme/shop", 40, h.now)
@@ -788,6 +818,7 @@ func TestCheckerReports(t *testing.T) {
 			tc.history(h)
 			h.c.CheckGrantsCoverHolds()
 			h.c.CheckMemorySupersessions()
+			h.c.CheckLeaseDeletions()
 			h.expect(tc.rules...)
 			for _, v := range h.c.Violations() {
 				if len(h.c.Around(v, 5, 5)) == 0 {

@@ -147,6 +147,7 @@ func TestSoak(t *testing.T) {
 	h.barrier(ctx)
 	h.check.CheckGrantsCoverHolds()
 	h.check.CheckMemorySupersessions()
+	h.check.CheckLeaseDeletions()
 
 	flat := judgeFlat(t, samples)
 	h.figure("soak samples (every %s): %s", interval, flat)
