@@ -190,9 +190,8 @@ func (r *LockReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 // compare-and-swap on the Lease the decision was computed from. When the
 // cache was behind the Lease, it decides again on live reads at once (rather
 // than after a requeue, for a hand-off waits; see decideLive) and tries once
-// more. It
-// returns the observation and decision that stand, and the Lease as it is
-// after the write.
+// more. It returns the observation and decision that stand, and the Lease as
+// it is after the write.
 func (r *LockReconciler) applyGrant(ctx context.Context, lock arbiter.Lock, obs observation, d arbiter.Decision, policy lockPolicy, now time.Time) (observation, arbiter.Decision, *coordinationv1.Lease, error) {
 	if !d.GrantChanged {
 		return obs, d, obs.lease, nil
