@@ -7,14 +7,12 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -22,24 +20,24 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
 	"github.com/buildlock/buildlock/internal/testenv"
 )
 
 var (
-	flagDuration = flag.Duration("chaos.duration", 0, "how long the workload and faults run (env CHAOS_DURATION); 0 runs the short version that `make test` runs")
-	flagSeed     = flag.Uint64("chaos.seed", 0, "seed of the workload and the fault schedule (env CHAOS_SEED); 0 picks one at random and prints it")
-	flagTargets  = flag.Int("chaos.targets", 0, "targets (locks) the workload contends for; 0: 20 in a long run, 8 in the short one")
-	flagLocks    = flag.Int("chaos.locks", 0, "live locks in the restart check; 0: 500 in a long run, 100 in the short one")
-	flagFaults   = flag.Float64("chaos.faults", 0.02, "probability of each injected fault kind per write (four kinds) and per live read (two kinds)")
-	flagBreak    = flag.String("chaos.break", "", "break the operator on purpose, to watch the checker fail: cas (grant Lease updates become blind merge patches, last writer wins) or decide (the waiting claim is shown Held too)")
-	flagHistory  = flag.String("chaos.history", "", "write every checked event to this file (a failing run writes it to the temp directory anyway)")
-	flagReport   = flag.String("chaos.report", "", "write the figures to this file")
-	flagPodReads = flag.Bool("chaos.pod-read-faults", true, "fault the managers' live reads of pods too (a failed read must count as alive and be retried)")
+	flagDuration     = flag.Duration("chaos.duration", 0, "how long the workload and faults run (env CHAOS_DURATION); 0 runs the short version that `make test` runs")
+	flagSeed         = flag.Uint64("chaos.seed", 0, "seed of the workload and the fault schedule (env CHAOS_SEED); 0 picks one at random and prints it")
+	flagTargets      = flag.Int("chaos.targets", 0, "targets (locks) the workload contends for; 0: 20 in a long run, 8 in the short one")
+	flagLocks        = flag.Int("chaos.locks", 0, "live locks in the restart check; 0: 500 in a long run, 100 in the short one")
+	flagFaults       = flag.Float64("chaos.faults", 0.02, "probability of each injected fault kind per write (four kinds) and per live read (two kinds)")
+	flagBreak        = flag.String("chaos.break", "", "break the operator on purpose, to watch the checker fail: "+strings.Join(breakNames, ", "))
+	flagHistory      = flag.String("chaos.history", "", "write every checked event to this file (a failing run writes it to the temp directory anyway)")
+	flagReport       = flag.String("chaos.report", "", "write the figures to this file")
+	flagPodReads     = flag.Bool("chaos.pod-read-faults", true, "fault the managers' live reads of pods too (a failed read must count as alive and be retried)")
+	flagControlPlane = flag.Bool("chaos.control-plane", true, "run the control-plane episodes (API servers and etcd killed, compactions) and the partitions")
+	flagPipelines    = flag.Int("chaos.pipelines", -1, "concurrent pkg/lock pipelines of the load run, over 20 targets, during the chaos; -1: 500 in a long run, none in the short one")
 )
 
 // options of one run, from the flags (or CHAOS_* variables).
@@ -55,13 +53,21 @@ type options struct {
 	// In the restart check: the first hand-off and all of them must be done
 	// within these of the new manager's cache sync.
 	firstHandOff, handOffTime time.Duration
+	// retention is the managers' grant retention (a line's memory, and when
+	// an idle Lease goes); policyLag how long a policy change may take to
+	// reach every manager; holdSlack how long a hold may outlive its end.
+	retention, policyLag, holdSlack time.Duration
+	controlPlane                    bool
+	pipelines                       int
 }
 
 const shortDuration = 20 * time.Second
 
 func resolveOptions(t *testing.T) options {
 	o := options{duration: *flagDuration, seed: *flagSeed, faultRate: *flagFaults, maxSkew: 2 * time.Second, ttl: 5 * time.Second,
-		settleBound: 20 * time.Second, handOffTime: 10 * time.Second, firstHandOff: 5 * time.Second}
+		settleBound: 30 * time.Second, handOffTime: 10 * time.Second, firstHandOff: 5 * time.Second,
+		retention: 15 * time.Second, policyLag: 20 * time.Second, holdSlack: 20 * time.Second,
+		controlPlane: *flagControlPlane, pipelines: *flagPipelines}
 	if v := os.Getenv("CHAOS_DURATION"); o.duration == 0 && v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
@@ -83,10 +89,17 @@ func resolveOptions(t *testing.T) options {
 	if o.duration == 0 {
 		o.duration = shortDuration
 	}
-	o.namespaces, o.targets, o.locks = 2, 8, 100
+	o.namespaces, o.targets, o.locks = 2, 8, 50
 	if o.long {
 		o.namespaces, o.targets, o.locks = 4, 20, 500
 		o.handOffTime = 20 * time.Second // behind the new manager's first pass over 500 locks
+		o.retention = 30 * time.Second
+	}
+	if o.pipelines < 0 {
+		o.pipelines = 0
+		if o.long {
+			o.pipelines = 500
+		}
 	}
 	if *flagTargets > 0 {
 		o.targets = *flagTargets
@@ -98,20 +111,24 @@ func resolveOptions(t *testing.T) options {
 	return o
 }
 
-// harness is one chaos run: the API server, the checker and its watches, the
-// workload, and the managers the fault schedule starts and kills.
+// harness is one chaos run: the control plane, the checker and its watches,
+// the workload, and the managers the fault schedule starts and kills.
 type harness struct {
 	t      *testing.T
 	o      options
-	cfg    *rest.Config
-	c      client.Client // direct (uncached), fault-free: the workload's and the test's
+	cp     *controlPlane
+	c      client.Client // uncached, fault-free, through either API server: the workload's and the test's
 	clock  *warpClock
 	ledger *Ledger
 	check  *Checker
 	faults *faultSet
+	// watchers are the checker's connections, one per API server: its
+	// watches alternate between them.
+	watchers []client.WithWatch
 
 	namespaces []string // the workload's
 	targets    []LockKey
+	switching  map[LockKey]buildlockv1.Ordering // targets whose ordering the workload switches
 
 	mu        sync.Mutex
 	running   []*managerCtl
@@ -124,44 +141,73 @@ type harness struct {
 	split     time.Duration // time with two or more managers running
 	changedAt time.Time
 	watchRV   map[string]uint64 // last resourceVersion each watch delivered
-	watchErr  []string
-	figures   []string
+	// cut, while not nil, stops the checker's watches (closed when they may
+	// go on); cancels ends the watches in progress; prefer sends each
+	// kind's next watch to one API server.
+	cut     chan struct{}
+	cancels map[string]context.CancelFunc
+	prefer  map[string]int
+	figures []string
+	plane   *counters // control-plane episodes and what came of them
 }
 
 func TestChaos(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the chaos test runs against a real API server; skipped with -short")
 	}
-	logf.SetLogger(logr.Discard())
+	t.Parallel() // with the regression tests, which mostly wait
 	o := resolveOptions(t)
 	t.Logf("chaos seed %d: rerun with `make chaos SEED=%d DURATION=%s` or `go test ./test/chaos -run TestChaos -chaos.seed=%d -chaos.duration=%s`",
 		o.seed, o.seed, o.duration, o.seed, o.duration)
 	begin := time.Now()
 
-	env, err := testenv.New()
+	cp, err := startControlPlane(2)
 	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("starting the API server (run `make envtest`): %v", err)
+		t.Fatalf("starting the control plane (run `make envtest`): %v", err)
 	}
 	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Logf("stopping the API server: %v", err)
+		cp.stop(t.Failed())
+		if t.Failed() {
+			t.Logf("control-plane logs kept in %s", cp.dir)
 		}
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	h := newHarness(t, cfg, o)
+	h := newHarness(t, cp, o)
 	defer h.stopAll() // also when a phase fails the test
 	h.createNamespaces(ctx)
+	dep := h.setupEnforcement(ctx)
+	if dep != nil {
+		h.check.o.OnLease = dep.observeLease // before the watches start
+	}
 	h.startWatches(ctx)
+	go h.watchDeadlines(ctx)
 	defer h.report()
 
+	phases := newCounters()
+	phase := func(name string, began time.Time) { phases.add(name, int(time.Since(began).Milliseconds())) }
+	defer func() { h.figure("phases (ms): %s", phases) }()
+	phase("control plane start", begin)
+
 	// 1. The workload and the faults, together.
+	began := time.Now()
+	depCtx, stopDeployer := context.WithCancel(ctx)
+	depDone := make(chan struct{})
+	go func() {
+		defer close(depDone)
+		if dep != nil && dep.waitEnforcing(depCtx, h) {
+			dep.run(depCtx)
+		}
+	}()
 	h.chaos(ctx)
+	stopDeployer()
+	<-depDone
+	if dep != nil {
+		h.barrier(ctx)
+		h.figure("%s", dep.judge(h.check))
+	}
+	phase("1 chaos", began)
 	if len(h.check.Violations()) > 0 {
 		h.stopAll()
 		h.barrier(ctx)
@@ -169,41 +215,59 @@ func TestChaos(t *testing.T) {
 	}
 	// 2. Liveness: with the faults and the workload stopped, every lock
 	// settles within a bound, under the one manager left.
+	began = time.Now()
 	h.settleAfterChaos(ctx)
-	// 3. Every lock hands over to its waiter until it is free.
+	phase("2 liveness", began)
+	// 3. Every lock hands over to its next claim until it is free.
+	began = time.Now()
 	h.drain(ctx)
+	phase("3 drain", began)
 	// 4. A new manager over many live locks keeps every holder and hands over
 	// at once.
+	began = time.Now()
 	h.restartCheck(ctx)
+	phase("4 restart check", began)
 
 	h.stopAll()
 	h.barrier(ctx)
 	h.check.CheckGrantsCoverHolds()
+	h.check.CheckMemorySupersessions()
+	h.check.CheckLeaseDeletions()
 	h.figure("run: %s in total (chaos %s)", time.Since(begin).Round(time.Second), o.duration)
 }
 
-func newHarness(t *testing.T, cfg *rest.Config, o options) *harness {
+func newHarness(t *testing.T, cp *controlPlane, o options) *harness {
+	cfg := cp.balancedConfig()
+	cfg.Timeout = 20 * time.Second // a call in flight when etcd dies must not stall the run
 	c, err := client.New(cfg, client.Options{Scheme: testenv.Scheme()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	clock := &warpClock{}
-	ledger := NewLedger()
+	ledger := NewLedger(clock.Now)
 	h := &harness{
-		t: t, o: o, cfg: cfg, c: c, clock: clock, ledger: ledger,
-		// Managers' clocks run up to maxSkew ahead; 100ms more for the
+		t: t, o: o, cp: cp, c: c, clock: clock, ledger: ledger,
+		// Managers' clocks run up to maxSkew off; 100ms more for the
 		// microsecond truncation of stored times and the reconcile's own
 		// reading of its clock before it writes.
-		check: NewChecker(ledger, o.ttl, o.maxSkew+100*time.Millisecond, clock.Now),
+		check: NewChecker(ledger, CheckerOptions{TTL: o.ttl, Tolerance: o.maxSkew + 100*time.Millisecond, Retention: o.retention,
+			PolicyLag: o.policyLag, HoldSlack: o.holdSlack, Now: clock.Now}),
 		faults: &faultSet{
 			plan:    &faultPlan{rng: rand.New(rand.NewPCG(o.seed, 0x6661756c7473)), writeRate: o.faultRate, readRate: o.faultRate, podReads: *flagPodReads, injected: newCounters()},
-			refused: newCounters(), zombie: newCounters(),
-			breakCAS: *flagBreak == "cas", breakDecide: *flagBreak == "decide",
+			refused: newCounters(), zombie: newCounters(), partition: newCounters(), lists: newCounters(), broken: *flagBreak,
 		},
-		watchRV: map[string]uint64{},
+		watchRV: map[string]uint64{}, plane: newCounters(), switching: map[LockKey]buildlockv1.Ordering{},
+		cancels: map[string]context.CancelFunc{}, prefer: map[string]int{},
 	}
-	if *flagBreak != "" && !h.faults.breakCAS && !h.faults.breakDecide {
-		t.Fatalf("-chaos.break=%q: want cas or decide", *flagBreak)
+	if !validBreak(*flagBreak) {
+		t.Fatalf("-chaos.break=%q: want one of %s", *flagBreak, strings.Join(breakNames, ", "))
+	}
+	for i := range cp.apiservers {
+		wc, err := client.NewWithWatch(cp.config(i), client.Options{Scheme: testenv.Scheme()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.watchers = append(h.watchers, wc)
 	}
 	return h
 }
@@ -214,6 +278,10 @@ func (h *harness) figure(format string, args ...any) {
 	h.figures = append(h.figures, fmt.Sprintf(format, args...))
 }
 
+// createNamespaces creates the workload's namespaces and targets, and the
+// targets' policies: targets are split over the orderings, a quarter each
+// with no policy (NewestWins), Queue and Fifo; the last quarter is Queue
+// with a maximum hold of a minute, and its ordering is switched mid-run.
 func (h *harness) createNamespaces(ctx context.Context) {
 	for i := range h.o.namespaces {
 		ns := fmt.Sprintf("chaos-%d", i)
@@ -222,7 +290,27 @@ func (h *harness) createNamespaces(ctx context.Context) {
 	}
 	for i := range h.o.targets {
 		ns := h.namespaces[i%len(h.namespaces)]
-		h.targets = append(h.targets, LockKey{Namespace: ns, Target: fmt.Sprintf("env-%d", i)})
+		k := LockKey{Namespace: ns, Target: fmt.Sprintf("env-%d", i)}
+		h.targets = append(h.targets, k)
+		switch i % 4 {
+		case 1:
+			h.createPolicy(ctx, k, buildlockv1.OrderingQueue, 0)
+		case 2:
+			h.createPolicy(ctx, k, buildlockv1.OrderingFifo, 0)
+		case 3:
+			h.createPolicy(ctx, k, buildlockv1.OrderingQueue, time.Minute)
+			h.switching[k] = buildlockv1.OrderingQueue
+		}
+	}
+}
+
+func (h *harness) createPolicy(ctx context.Context, k LockKey, ordering buildlockv1.Ordering, maxHold time.Duration) {
+	p := &buildlockv1.BuildLockPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Target}, Spec: buildlockv1.BuildLockPolicySpec{Ordering: ordering}}
+	if maxHold > 0 {
+		p.Spec.MaxHold = &metav1.Duration{Duration: maxHold}
+	}
+	if err := h.c.Create(ctx, p); err != nil {
+		h.t.Fatalf("creating the policy of %s: %v", k, err)
 	}
 }
 
@@ -232,57 +320,108 @@ func (h *harness) createNamespace(ctx context.Context, ns string) {
 	}
 }
 
+// workloadNamespace reports whether the checker judges the Leases of ns.
+func workloadNamespace(ns string) bool {
+	for _, prefix := range []string{"chaos-", "restart-", "load-"} {
+		if strings.HasPrefix(ns, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
 // ---------------------------------------------------------------------------
 // Watches
 
-// startWatches feeds the checker: one watch on all BuildLocks and one on all
-// Leases, each from the resourceVersion of an initial list, so that every
-// event arrives once and in the API server's order.
+// startWatches feeds the checker: one watch on all BuildLocks, one on all
+// Leases and one on all BuildLockPolicies, each from the resourceVersion of
+// an initial list, so that every event arrives once and in the API server's
+// order. A watch that fails with 410 Gone (etcd compacted what it had not
+// read) re-lists, and the checker reconciles its history with the list.
 func (h *harness) startWatches(ctx context.Context) {
-	wc, err := client.NewWithWatch(h.cfg, client.Options{Scheme: testenv.Scheme()})
-	if err != nil {
+	var policies buildlockv1.BuildLockPolicyList
+	if err := h.c.List(ctx, &policies); err != nil {
 		h.t.Fatal(err)
 	}
+	for i := range policies.Items {
+		h.check.mu.Lock()
+		h.check.observePolicy(watch.Added, &policies.Items[i], true)
+		h.check.mu.Unlock()
+	}
 	var claims buildlockv1.BuildLockList
-	if err := wc.List(ctx, &claims); err != nil {
+	if err := h.c.List(ctx, &claims); err != nil {
 		h.t.Fatal(err)
 	}
 	for i := range claims.Items {
 		h.check.ObserveClaim(watch.Added, &claims.Items[i])
 	}
 	var leases coordinationv1.LeaseList
-	if err := wc.List(ctx, &leases); err != nil {
+	if err := h.c.List(ctx, &leases); err != nil {
 		h.t.Fatal(err)
 	}
-	go h.watchLoop(ctx, wc, "BuildLock", &buildlockv1.BuildLockList{}, claims.ResourceVersion, func(typ watch.EventType, obj runtime.Object) {
-		if bl, ok := obj.(*buildlockv1.BuildLock); ok {
-			h.check.ObserveClaim(typ, bl)
-		}
-	})
-	go h.watchLoop(ctx, wc, "Lease", &coordinationv1.LeaseList{}, leases.ResourceVersion, func(typ watch.EventType, obj runtime.Object) {
-		if l, ok := obj.(*coordinationv1.Lease); ok && (strings.HasPrefix(l.Namespace, "chaos-") || strings.HasPrefix(l.Namespace, "restart-")) {
-			h.check.ObserveLease(typ, l)
-		}
-	})
+	go h.watchLoop(ctx, "BuildLockPolicy", func() client.ObjectList { return &buildlockv1.BuildLockPolicyList{} }, policies.ResourceVersion,
+		func(typ watch.EventType, obj runtime.Object) {
+			if p, ok := obj.(*buildlockv1.BuildLockPolicy); ok {
+				h.check.ObservePolicy(typ, p)
+			}
+		},
+		func(list client.ObjectList) {
+			h.check.RelistPolicies(list.(*buildlockv1.BuildLockPolicyList).Items, list.GetResourceVersion())
+		})
+	go h.watchLoop(ctx, "BuildLock", func() client.ObjectList { return &buildlockv1.BuildLockList{} }, claims.ResourceVersion,
+		func(typ watch.EventType, obj runtime.Object) {
+			if bl, ok := obj.(*buildlockv1.BuildLock); ok {
+				h.check.ObserveClaim(typ, bl)
+			}
+		},
+		func(list client.ObjectList) {
+			h.check.RelistClaims(list.(*buildlockv1.BuildLockList).Items, list.GetResourceVersion())
+		})
+	go h.watchLoop(ctx, "Lease", func() client.ObjectList { return &coordinationv1.LeaseList{} }, leases.ResourceVersion,
+		func(typ watch.EventType, obj runtime.Object) {
+			if l, ok := obj.(*coordinationv1.Lease); ok && workloadNamespace(l.Namespace) {
+				h.check.ObserveLease(typ, l)
+			}
+		},
+		func(list client.ObjectList) {
+			var mine []coordinationv1.Lease
+			for _, l := range list.(*coordinationv1.LeaseList).Items {
+				if workloadNamespace(l.Namespace) {
+					mine = append(mine, l)
+				}
+			}
+			h.check.RelistLeases(mine, list.GetResourceVersion())
+		})
 }
 
-func (h *harness) watchLoop(ctx context.Context, wc client.WithWatch, kind string, list client.ObjectList, rv string, handle func(watch.EventType, runtime.Object)) {
-	for ctx.Err() == nil {
-		w, err := wc.Watch(ctx, list, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true}})
+// watchLoop watches one kind from rv until ctx ends. Each watch goes to the
+// next API server in turn and lasts 5–20 s (so that the checker's view is
+// built from both API servers, and its watches resume often from where they
+// were, as informers do after a disconnection). A watch refused with 410
+// Gone re-lists.
+func (h *harness) watchLoop(ctx context.Context, kind string, newList func() client.ObjectList, rv string,
+	handle func(watch.EventType, runtime.Object), relist func(client.ObjectList)) {
+	rng := rand.New(rand.NewPCG(h.o.seed, uint64(len(kind))))
+	for i := 0; ctx.Err() == nil; i++ {
+		wctx, wc := h.nextWatch(ctx, kind, i)
+		if wctx == nil {
+			return
+		}
+		timeout := int64(5 + rng.IntN(16))
+		w, err := wc.Watch(wctx, newList(), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true, TimeoutSeconds: &timeout}})
 		if err != nil {
-			if ctx.Err() == nil {
+			if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+				rv = h.relist(ctx, kind, newList, relist)
+			} else if ctx.Err() == nil {
 				time.Sleep(100 * time.Millisecond)
 			}
 			continue
 		}
+		expired := false
 		for ev := range w.ResultChan() {
 			if ev.Type == watch.Error {
 				if status, ok := ev.Object.(*metav1.Status); ok && status.Code == 410 {
-					h.mu.Lock()
-					h.watchErr = append(h.watchErr, fmt.Sprintf("the %s watch expired at resourceVersion %s: the checker missed events", kind, rv))
-					h.mu.Unlock()
-					w.Stop()
-					return
+					expired = true
 				}
 				break
 			}
@@ -294,19 +433,118 @@ func (h *harness) watchLoop(ctx context.Context, wc client.WithWatch, kind strin
 				handle(ev.Type, ev.Object)
 			}
 			rv = obj.GetResourceVersion()
-			if n, err := strconv.ParseUint(rv, 10, 64); err == nil {
-				h.mu.Lock()
-				h.watchRV[kind] = n
-				h.mu.Unlock()
-			}
+			h.noteRV(kind, rv)
 		}
 		w.Stop()
+		if expired {
+			h.plane.add("checker watches refused with 410 Gone", 1)
+			rv = h.relist(ctx, kind, newList, relist)
+		}
+	}
+}
+
+// nextWatch waits while the checker is cut off, and returns the context and
+// the connection of kind's next watch: the API servers in turn, or the one
+// preferred after a cut. Its context ends when the checker is cut off.
+func (h *harness) nextWatch(ctx context.Context, kind string, i int) (context.Context, client.WithWatch) {
+	for {
+		h.mu.Lock()
+		cut := h.cut
+		h.mu.Unlock()
+		if cut == nil {
+			break
+		}
+		select {
+		case <-cut:
+		case <-ctx.Done():
+			return nil, nil
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	server := i % len(h.watchers)
+	if p, ok := h.prefer[kind]; ok {
+		server = p
+		delete(h.prefer, kind)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	if old := h.cancels[kind]; old != nil {
+		old()
+	}
+	h.cancels[kind] = cancel
+	return wctx, h.watchers[server]
+}
+
+// cutChecker ends the checker's watches and holds them back until
+// healChecker, as if its connection were down.
+func (h *harness) cutChecker() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.cut == nil {
+		h.cut = make(chan struct{})
+	}
+	for _, cancel := range h.cancels {
+		cancel()
+	}
+}
+
+// healChecker lets the checker's watches resume, each on API server server
+// first.
+func (h *harness) healChecker(server int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, kind := range []string{"BuildLock", "Lease", "BuildLockPolicy"} {
+		h.prefer[kind] = server
+	}
+	if h.cut != nil {
+		close(h.cut)
+		h.cut = nil
+	}
+}
+
+// relist lists kind (through whichever API server answers) until it
+// succeeds, hands the list to apply, and returns its resourceVersion.
+func (h *harness) relist(ctx context.Context, kind string, newList func() client.ObjectList, apply func(client.ObjectList)) string {
+	for ctx.Err() == nil {
+		list := newList()
+		if err := h.c.List(ctx, list); err != nil {
+			time.Sleep(200 * time.Millisecond)
+			continue
+		}
+		apply(list)
+		h.plane.add("checker re-list ("+kind+")", 1)
+		h.noteRV(kind, list.GetResourceVersion())
+		return list.GetResourceVersion()
+	}
+	return ""
+}
+
+func (h *harness) noteRV(kind, rv string) {
+	if n, err := strconv.ParseUint(rv, 10, 64); err == nil {
+		h.mu.Lock()
+		h.watchRV[kind] = max(h.watchRV[kind], n)
+		h.mu.Unlock()
+	}
+}
+
+// watchDeadlines judges holds against time until ctx ends.
+func (h *harness) watchDeadlines(ctx context.Context) {
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			h.check.CheckHoldDeadlines(time.Now())
+		}
 	}
 }
 
 // barrier returns once both watches delivered a write made after everything
 // before it, so that the checker has judged the whole history. It relies on
-// resourceVersions of one etcd growing, which envtest's single etcd gives.
+// resourceVersions of one etcd growing, which the control plane's single
+// etcd gives (whichever API server serves them).
 func (h *harness) barrier(ctx context.Context) {
 	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: h.namespaces[0], GenerateName: "chaos-barrier-"}}
 	if err := h.c.Create(ctx, lease); err != nil {
@@ -323,7 +561,7 @@ func (h *harness) barrier(ctx context.Context) {
 			claimWant, _ = strconv.ParseUint(bl.ResourceVersion, 10, 64)
 		}
 	}
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		h.mu.Lock()
 		done := h.watchRV["Lease"] >= want && h.watchRV["BuildLock"] >= claimWant
@@ -333,49 +571,83 @@ func (h *harness) barrier(ctx context.Context) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	h.t.Errorf("the checker's watches did not catch up within 15s")
+	h.t.Errorf("the checker's watches did not catch up within 30s")
 }
 
 // ---------------------------------------------------------------------------
 // Managers
 
-// startManager starts a manager with its own clock skew, API faults, and, for
-// a zombie, a freezer.
-// freezePoint is "" for a healthy manager, else where the zombie freezes.
+// managerSpec is how a manager is started.
+type managerSpec struct {
+	skew time.Duration
+	// freeze is "" for a healthy manager, else where the zombie freezes.
+	freeze string
+	// server is the API server it talks to (managers are spread over both),
+	// always through a partition proxy of its own.
+	server int
+	// episode: the manager of a partition episode, which kills it.
+	episode bool
+	// leaderElection: it decides only while it leads.
+	leaderElection bool
+}
+
+// startManager starts a healthy or zombie manager on the next API server.
 func (h *harness) startManager(ctx context.Context, skew time.Duration, freezePoint string) *managerCtl {
 	h.mu.Lock()
-	h.nextID++
-	m := &managerCtl{id: h.nextID, skew: skew, writes: newCounters()}
+	server := h.nextID % len(h.cp.apiservers)
 	h.mu.Unlock()
-	zombie := freezePoint != ""
+	return h.startManagerWith(ctx, managerSpec{skew: skew, freeze: freezePoint, server: server})
+}
+
+// startManagerWith starts a manager with its own clock skew, API faults,
+// and, for a zombie, a freezer; through a partition proxy of its own, so
+// that the test can cut it off.
+func (h *harness) startManagerWith(ctx context.Context, ms managerSpec) *managerCtl {
+	h.mu.Lock()
+	h.nextID++
+	m := &managerCtl{id: h.nextID, skew: ms.skew, server: ms.server, writes: newCounters(), restartWrites: newCounters(), episode: ms.episode}
+	h.mu.Unlock()
+	zombie := ms.freeze != ""
 	workers := 4
 	if zombie {
-		m.zombie = newFreezer(freezePoint)
+		m.zombie = newFreezer(ms.freeze)
 		workers = 8 // more reconcilers caught mid-flight
 	}
+	p, err := newPartitionProxy(fmt.Sprintf("127.0.0.1:%d", h.cp.ports[ms.server]))
+	if err != nil {
+		h.t.Fatalf("starting a partition proxy: %v", err)
+	}
+	m.proxy = p
+	cfg := h.cp.configFor(p.addr())
 	opts := testenv.ManagerOptions{
-		Clock:       skewClock{base: h.clock, skew: skew},
-		NewClient:   testenv.InterceptClient(*h.faults.interceptor(m)),
-		Decide:      h.faults.decide(m),
-		FinishedTTL: h.o.ttl,
-		Workers:     workers,
+		Clock:          skewClock{base: h.clock, skew: ms.skew},
+		NewClient:      testenv.InterceptClient(*h.faults.interceptor(m)),
+		Decide:         h.faults.decide(m),
+		FinishedTTL:    h.o.ttl,
+		GrantRetention: h.o.retention,
+		Workers:        workers,
+		LeaderElection: ms.leaderElection,
 	}
 	var mgr *testenv.Manager
-	var err error
-	for attempt := 0; attempt < 3; attempt++ {
-		if mgr, err = testenv.StartManager(ctx, h.faults.transport(h.cfg), opts); err == nil {
+	for attempt := 0; attempt < 5; attempt++ {
+		if mgr, err = testenv.StartManager(ctx, h.faults.transport(cfg, m), opts); err == nil {
 			break
 		}
+		time.Sleep(time.Second) // its API server may be restarting
 	}
 	if err != nil {
 		h.t.Fatalf("starting manager %d: %v", m.id, err)
 	}
 	m.started = time.Now()
+	m.synced.Store(true)
+	m.elected = mgr.Elected()
 	m.stop = func() error {
 		if m.zombie != nil {
 			close(m.zombie.stopped)
 		}
-		return mgr.Stop()
+		err := mgr.Stop()
+		m.proxy.close()
+		return err
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -415,12 +687,14 @@ func (h *harness) account() {
 	h.changedAt = now
 }
 
+// healthy returns the managers that are neither zombies nor partition
+// episodes'.
 func (h *harness) healthy() []*managerCtl {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var out []*managerCtl
 	for _, m := range h.running {
-		if m.zombie == nil {
+		if m.zombie == nil && !m.episode {
 			out = append(out, m)
 		}
 	}
@@ -437,527 +711,16 @@ func (h *harness) stopAll() {
 }
 
 // ---------------------------------------------------------------------------
-// 1. Chaos
-
-// chaos runs the workload and the fault schedule for the run's duration. The
-// schedule is a seeded sequence of episodes, each a few seconds long:
-//
-//   - restart: kill a healthy manager (no graceful release) and start another;
-//   - split brain: start a second manager, let both run 2–6 s, kill one;
-//   - zombie: start a manager, freeze it 3–6 s in the middle of its work
-//     while the others move on, thaw it so that it writes what it decided
-//     before, then kill it;
-//   - warp: time jumps 2–6 s forward for everybody (pod-less holds expire);
-//   - calm: nothing for 1–3 s.
-//
-// Every manager's clock is skewed by up to ±maxSkew, and a fraction of its
-// writes and live reads fail (see faultPlan).
-func (h *harness) chaos(ctx context.Context) {
-	rng := rand.New(rand.NewPCG(h.o.seed, 0x7363686564756c65))
-	skew := func() time.Duration {
-		return time.Duration(rng.Int64N(int64(2*h.o.maxSkew))) - h.o.maxSkew
-	}
-	h.faults.plan.on.Store(true)
-	h.startManager(ctx, skew(), "")
-
-	wctx, stopWorkload := context.WithCancel(ctx)
-	work := newWorkload(h.c, h.o.seed, h.clock, h.ledger, h.check, h.targets)
-	workDone := make(chan struct{})
-	go func() { defer close(workDone); work.run(wctx) }()
-
-	deadline := time.Now().Add(h.o.duration)
-	sleep := func(lo, hi time.Duration) {
-		d := lo + time.Duration(rng.Int64N(int64(hi-lo)+1))
-		if left := time.Until(deadline); d > left {
-			d = max(0, left)
-		}
-		time.Sleep(d)
-	}
-	episodes := newCounters()
-	// Every kind of episode comes once first so that even the short run has
-	// them all: the instant ones (a clock warp, a restart), then the long ones
-	// in a seeded order; then they are drawn at random.
-	first := []int{70, 0, 40, 55, 62}
-	rng.Shuffle(len(first)-2, func(i, j int) { first[2+i], first[2+j] = first[2+j], first[2+i] })
-	for i := 0; time.Now().Before(deadline); i++ {
-		n := rng.IntN(100)
-		if i < len(first) {
-			n = first[i]
-		}
-		switch {
-		case n < 35:
-			episodes.add("restart", 1)
-			healthy := h.healthy()
-			h.kill(healthy[rng.IntN(len(healthy))])
-			h.startManager(ctx, skew(), "")
-		case n < 55:
-			episodes.add("split brain", 1)
-			h.startManager(ctx, skew(), "")
-			sleep(2*time.Second, 6*time.Second)
-			healthy := h.healthy()
-			h.kill(healthy[rng.IntN(len(healthy))])
-		case n < 70:
-			point := freezeAtDecide
-			if n >= 62 {
-				point = freezeAtWrite
-			}
-			episodes.add("zombie frozen at "+point, 1)
-			z := h.startManager(ctx, skew(), point)
-			sleep(500*time.Millisecond, 1500*time.Millisecond)
-			z.zombie.freeze()
-			sleep(3*time.Second, 6*time.Second)
-			z.zombie.unfreeze()
-			sleep(500*time.Millisecond, time.Second)
-			h.kill(z)
-		case n < 80:
-			episodes.add("clock warp", 1)
-			d := 2*time.Second + time.Duration(rng.Int64N(int64(4*time.Second)))
-			h.clock.advance(d)
-			h.mu.Lock()
-			h.warps++
-			h.warpTotal += d
-			h.mu.Unlock()
-		default:
-			episodes.add("calm", 1)
-			sleep(time.Second, 3*time.Second)
-		}
-		sleep(300*time.Millisecond, 1500*time.Millisecond)
-	}
-
-	// The workload ends with a burst that ends the holders of half the
-	// targets while the faults still run, so that the last event of those
-	// locks is a hand-off made under faults: the liveness check then sees
-	// whether any got lost. The other half keep holder and waiter for the
-	// drain.
-	stopWorkload()
-	<-workDone
-	burstTargets := map[LockKey]bool{}
-	for i, k := range h.targets {
-		if i%2 == 0 {
-			burstTargets[k] = true
-		}
-	}
-	burst := work.endHolders(ctx, burstTargets)
-	time.Sleep(2 * time.Second)
-
-	// Faults end: no more injected errors, no zombie, one manager left.
-	h.faults.plan.on.Store(false)
-	healthy := h.healthy()
-	h.mu.Lock()
-	running := append([]*managerCtl(nil), h.running...)
-	h.mu.Unlock()
-	for _, m := range running {
-		if m.zombie != nil {
-			m.zombie.unfreeze()
-		}
-		if m != healthy[len(healthy)-1] {
-			h.kill(m)
-		}
-	}
-
-	h.mu.Lock()
-	h.figure0("workload: %d operations in %s: %s; final burst under faults: %d holders ended", work.ops.total(), h.o.duration, work.ops, burst)
-	h.figure0("workload operations the API server refused (expected: deleting what the TTL deleted, and so on): %s", work.failed)
-	h.figure0("fault schedule: %s", episodes)
-	h.figure0("managers: %d started, %d killed without release (%d of them zombies); split brain (2+ managers running) %.1fs; clock warps %d (+%s); skews within ±%s",
-		h.started, h.killed, h.zombies, h.split.Seconds(), h.warps, h.warpTotal, h.o.maxSkew)
-	h.mu.Unlock()
-}
-
-// figure0 is figure with h.mu held.
-func (h *harness) figure0(format string, args ...any) {
-	h.figures = append(h.figures, fmt.Sprintf(format, args...))
-}
-
-// ---------------------------------------------------------------------------
-// 2. Liveness
-
-// state is a live read of every claim, grant Lease and pod.
-type state struct {
-	claims map[LockKey][]buildlockv1.BuildLock
-	leases map[LockKey]*coordinationv1.Lease
-	pods   map[string]map[string]*corev1.Pod // namespace → name → pod
-}
-
-func (h *harness) read(ctx context.Context, namespaces []string) (state, error) {
-	s := state{claims: map[LockKey][]buildlockv1.BuildLock{}, leases: map[LockKey]*coordinationv1.Lease{}, pods: map[string]map[string]*corev1.Pod{}}
-	for _, ns := range namespaces {
-		var claims buildlockv1.BuildLockList
-		if err := h.c.List(ctx, &claims, client.InNamespace(ns)); err != nil {
-			return s, err
-		}
-		for _, bl := range claims.Items {
-			k := LockKey{ns, bl.Spec.Target}
-			s.claims[k] = append(s.claims[k], bl)
-		}
-		var leases coordinationv1.LeaseList
-		if err := h.c.List(ctx, &leases, client.InNamespace(ns)); err != nil {
-			return s, err
-		}
-		for i := range leases.Items {
-			if l := &leases.Items[i]; strings.HasPrefix(l.Name, LeasePrefix) {
-				s.leases[LockKey{ns, strings.TrimPrefix(l.Name, LeasePrefix)}] = l
-			}
-		}
-		var pods corev1.PodList
-		if err := h.c.List(ctx, &pods, client.InNamespace(ns)); err != nil {
-			return s, err
-		}
-		s.pods[ns] = map[string]*corev1.Pod{}
-		for i := range pods.Items {
-			s.pods[ns][pods.Items[i].Name] = &pods.Items[i]
-		}
-	}
-	return s, nil
-}
-
-// problems lists, per lock, why it is not settled (see SettleProblems).
-func (h *harness) problems(s state, locks []LockKey) map[LockKey][]string {
-	out := map[LockKey][]string{}
-	now := h.clock.Now()
-	for _, k := range locks {
-		if p := SettleProblems(s.claims[k], s.leases[k], s.pods[k.Namespace], now); len(p) > 0 {
-			out[k] = p
-		}
-	}
-	return out
-}
-
-// waitSettled waits up to bound for every lock to settle and returns the
-// state it settled in and how long that took; it fails the test, showing each
-// unsettled lock's last events, when the bound passes.
-func (h *harness) waitSettled(ctx context.Context, what string, namespaces []string, locks []LockKey, bound time.Duration) (state, time.Duration) {
-	start := time.Now()
-	var last map[LockKey][]string
-	var s state
-	for {
-		var err error
-		if s, err = h.read(ctx, namespaces); err == nil {
-			if last = h.problems(s, locks); len(last) == 0 {
-				return s, time.Since(start)
-			}
-		}
-		if time.Since(start) > bound {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	keys := make([]LockKey, 0, len(last))
-	for k := range last {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
-	var b strings.Builder
-	for _, k := range keys {
-		fmt.Fprintf(&b, "\n  %s: %s", k, strings.Join(last[k], "; "))
-		for _, e := range h.check.Around(Violation{Seq: len(h.check.History()) - 1, Lock: k}, 15, 0) {
-			fmt.Fprintf(&b, "\n      %s", e)
-		}
-	}
-	h.t.Errorf("LIVENESS (seed %d): %s: %d of %d locks not settled within %s:%s", h.o.seed, what, len(last), len(locks), bound, b.String())
-	return s, -1
-}
-
-// settleAfterChaos: the faults stopped with one manager left running; every
-// lock must settle within the bound, on that manager's own events (it is not
-// restarted: a manager that dropped an event must not be rescued by a fresh
-// start).
-func (h *harness) settleAfterChaos(ctx context.Context) {
-	_, took := h.waitSettled(ctx, "after the faults stopped", h.namespaces, h.targets, h.o.settleBound)
-	if took < 0 {
-		h.figure("liveness: NOT all %d locks settled within %s after the workload and the faults stopped", len(h.targets), h.o.settleBound)
-		return
-	}
-	h.figure("liveness: all %d locks settled %.1fs after the workload and the faults stopped (bound %s)", len(h.targets), took.Seconds(), h.o.settleBound)
-}
-
-// drain ends each lock's holder (its pod Succeeds, or a pod-less claim is
-// deleted by its owner) until every lock is free, and checks that each time
-// the claim that was Waiting takes over.
-func (h *harness) drain(ctx context.Context) {
-	s, err := h.read(ctx, h.namespaces)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	work := newWorkload(h.c, h.o.seed, h.clock, h.ledger, h.check, h.targets)
-	handOffs, frees := 0, 0
-	var slowest time.Duration
-	for round := 1; round <= 4; round++ {
-		expect := map[LockKey]string{}
-		ended := map[LockKey]time.Time{}
-		for _, k := range h.targets {
-			var holder, waiting *buildlockv1.BuildLock
-			for i := range s.claims[k] {
-				switch bl := &s.claims[k][i]; bl.Status.Phase {
-				case buildlockv1.PhaseHeld:
-					holder = bl
-				case buildlockv1.PhaseWaiting:
-					waiting = bl
-				}
-			}
-			if holder == nil {
-				continue
-			}
-			expect[k] = ""
-			if waiting != nil {
-				expect[k] = waiting.Name
-			}
-			ended[k] = h.clock.Now()
-			h.endHolder(ctx, work, holder)
-		}
-		if len(expect) == 0 {
-			break
-		}
-		s, _ = h.waitSettled(ctx, fmt.Sprintf("drain round %d", round), h.namespaces, h.targets, h.o.settleBound)
-		for k, want := range expect {
-			got := ""
-			for _, bl := range s.claims[k] {
-				if bl.Status.Phase == buildlockv1.PhaseHeld {
-					got = bl.Name
-				}
-			}
-			if got != want {
-				h.t.Errorf("LIVENESS (seed %d): %s: after its holder ended, %q holds; the waiting claim %q should", h.o.seed, k, got, want)
-				continue
-			}
-			if want == "" {
-				frees++
-				continue
-			}
-			handOffs++
-			if _, heldAt, _ := h.check.Claim(k.Namespace, want); !heldAt.IsZero() {
-				slowest = max(slowest, heldAt.Sub(ended[k]))
-			}
-		}
-	}
-	h.figure("drain: %d hand-offs to the waiting claim (slowest %s after the holder ended), %d locks freed", handOffs, slowest.Round(time.Millisecond), frees)
-}
-
-// endHolder ends a holding build the way a pipeline does: its pod Succeeds,
-// or the owner of a pod-less claim deletes it.
-func (h *harness) endHolder(ctx context.Context, w *workload, bl *buildlockv1.BuildLock) {
-	if ref := bl.Spec.PodRef; ref != nil {
-		p := &wPod{ns: bl.Namespace, name: ref.Name}
-		h.ledger.PodFinishing(p.ns, p.name, true)
-		if err := w.setPodPhase(ctx, p, corev1.PodSucceeded); err != nil {
-			h.t.Errorf("finishing pod %s/%s: %v", p.ns, p.name, err)
-		}
-		return
-	}
-	h.ledger.RequestDelete(bl.Namespace, bl.Name)
-	if err := h.c.Delete(ctx, bl); err != nil && !apierrors.IsNotFound(err) {
-		h.t.Errorf("deleting %s/%s: %v", bl.Namespace, bl.Name, err)
-	}
-}
-
-// ---------------------------------------------------------------------------
-// 4. Restart
-
-// restartCheck: with many live locks (a holder and a waiter each), the
-// manager is killed and a new one started. The holders must not change (the
-// new manager writes no grant and no status for them), and right after its
-// cache syncs it must hand over the locks whose holders just ended.
-func (h *harness) restartCheck(ctx context.Context) {
-	const nsCount = 5
-	var namespaces []string
-	for i := range nsCount {
-		ns := fmt.Sprintf("restart-%d", i)
-		h.createNamespace(ctx, ns)
-		namespaces = append(namespaces, ns)
-	}
-	w := newWorkload(h.c, h.o.seed, h.clock, h.ledger, h.check, nil)
-	locks := make([]LockKey, h.o.locks)
-	for i := range locks {
-		locks[i] = LockKey{namespaces[i%nsCount], fmt.Sprintf("t-%03d", i)}
-	}
-	createStart := time.Now()
-	h.parallel(len(locks), func(i int) error {
-		k := locks[i]
-		stamp := h.clock.Now()
-		for j, repo := range []string{"acme/shop", "acme/web"} {
-			name := fmt.Sprintf("%s-%d", strings.ReplaceAll(repo, "/", "-"), i)
-			spec := buildlockv1.BuildLockSpec{Target: k.Target, Repo: repo, Branch: "main", Build: 1, Timestamp: micro(stamp.Add(time.Duration(j) * time.Millisecond))}
-			if j == 0 && i%5 == 4 {
-				spec.ExpiresAfter = &metav1.Duration{Duration: time.Hour} // pod-less
-			} else {
-				pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: "pod-" + name},
-					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "build", Image: "busybox"}}}}
-				if err := h.c.Create(ctx, pod); err != nil {
-					return err
-				}
-				h.ledger.PodCreated(pod.Namespace, pod.Name, pod.UID)
-				spec.PodRef = &buildlockv1.PodReference{Name: pod.Name, UID: string(pod.UID)}
-			}
-			h.ledger.WroteSpec(k.Namespace, name, spec)
-			if err := h.c.Create(ctx, &buildlockv1.BuildLock{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: name}, Spec: spec}); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	before, _ := h.waitSettled(ctx, "restart check: granting", namespaces, locks, 120*time.Second)
-	holders := holderSet(before, locks)
-	for _, k := range locks {
-		if hd := holders[k]; hd.name == "" || hd.waiting == "" {
-			h.t.Fatalf("restart check: before the restart, %s has holder %q and waiter %q; want both", k, hd.name, hd.waiting)
-		}
-	}
-	h.t.Logf("restart check: %d live locks created and granted in %s", len(locks), time.Since(createStart).Round(time.Millisecond))
-
-	// Kill the manager; start a new one; as soon as its cache has synced,
-	// end the holders of some locks.
-	h.stopAll()
-	startAt := time.Now()
-	m := h.startManager(ctx, 0, "")
-	syncedAt := h.clock.Now()
-	startTook := time.Since(startAt)
-	pick := rand.New(rand.NewPCG(h.o.seed, 0x72657374617274)).Perm(len(locks))[:h.o.handOffs]
-	ended := map[LockKey]string{}
-	for _, i := range pick {
-		k := locks[i]
-		ended[k] = holders[k].waiting
-		for _, bl := range before.claims[k] {
-			if bl.Name == holders[k].name {
-				h.endHolder(ctx, w, &bl)
-			}
-		}
-	}
-
-	// Every ended lock goes to its waiter within the bound.
-	var first, last time.Duration
-	deadline := time.Now().Add(h.o.handOffTime)
-	for {
-		pending := 0
-		first, last = 0, 0
-		for k, waiter := range ended {
-			phase, heldAt, _ := h.check.Claim(k.Namespace, waiter)
-			if isTerminal(phase) {
-				h.t.Errorf("RESTART (seed %d): %s: the waiting claim %s ended %s instead of taking over", h.o.seed, k, waiter, phase)
-				delete(ended, k)
-				continue
-			}
-			if phase != buildlockv1.PhaseHeld {
-				pending++
-				continue
-			}
-			d := heldAt.Sub(syncedAt)
-			if first == 0 || d < first {
-				first = d
-			}
-			last = max(last, d)
-		}
-		if pending == 0 {
-			if first > h.o.firstHandOff {
-				h.t.Errorf("RESTART (seed %d): the first hand-off came %.2fs after the new manager's cache synced; bound %s", h.o.seed, first.Seconds(), h.o.firstHandOff)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			h.t.Errorf("RESTART (seed %d): %d of %d hand-offs not done %s after the new manager's cache synced", h.o.seed, pending, len(ended), h.o.handOffTime)
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-
-	// The others kept their holder, token and waiter; the new manager wrote
-	// one grant per hand-off and two statuses (the end, then the new hold).
-	time.Sleep(2 * time.Second)
-	after, _ := h.waitSettled(ctx, "restart check: after the restart", namespaces, locks, h.o.settleBound)
-	changed := 0
-	for _, k := range locks {
-		if _, isEnded := ended[k]; isEnded {
-			continue
-		}
-		b, a := holders[k], holderSet(after, []LockKey{k})[k]
-		if b != a {
-			changed++
-			if changed <= 5 {
-				h.t.Errorf("RESTART (seed %d): %s changed over the restart: before %+v, after %+v", h.o.seed, k, b, a)
-			}
-		}
-	}
-	grants := m.writes.get("update lease") + m.writes.get("create lease")
-	statuses := m.writes.get("update/status buildlock")
-	if grants != len(ended) {
-		h.t.Errorf("RESTART (seed %d): the new manager wrote %d grants for %d hand-offs (writes: %s)", h.o.seed, grants, len(ended), m.writes)
-	}
-	if statuses != 2*len(ended) {
-		h.t.Errorf("RESTART (seed %d): the new manager wrote %d statuses for %d hand-offs; want 2 each (writes: %s)", h.o.seed, statuses, len(ended), m.writes)
-	}
-	h.figure("restart: %d live locks; holders unchanged over the restart: %d of %d (changed %d); new manager started and synced in %.1fs; "+
-		"%d holders ended right after: first hand-off %.2fs and last %.2fs after the cache synced; its writes: %s",
-		len(locks), len(locks)-len(ended)-changed, len(locks)-len(ended), changed, startTook.Seconds(), len(ended), first.Seconds(), last.Seconds(), m.writes)
-}
-
-// holding is one lock's holder as a live read shows it.
-type holding struct {
-	name, lease, waiting string
-	token                int64
-}
-
-func holderSet(s state, locks []LockKey) map[LockKey]holding {
-	out := map[LockKey]holding{}
-	for _, k := range locks {
-		var hd holding
-		for _, bl := range s.claims[k] {
-			switch bl.Status.Phase {
-			case buildlockv1.PhaseHeld:
-				hd.name, hd.token = bl.Name, bl.Status.FencingToken
-			case buildlockv1.PhaseWaiting:
-				hd.waiting = bl.Name
-			}
-		}
-		if l := s.leases[k]; l != nil && l.Spec.HolderIdentity != nil {
-			hd.lease = *l.Spec.HolderIdentity
-		}
-		if hd.name != "" {
-			out[k] = hd
-		}
-	}
-	return out
-}
-
-// parallel runs do(0..n-1) on eight goroutines and fails the test on the
-// first error.
-func (h *harness) parallel(n int, do func(int) error) {
-	var wg sync.WaitGroup
-	next := make(chan int)
-	errs := make(chan error, n)
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				if err := do(i); err != nil {
-					errs <- err
-				}
-			}
-		}()
-	}
-	for i := range n {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		h.t.Fatalf("creating the restart check's locks: %v", err)
-	}
-}
-
-// ---------------------------------------------------------------------------
 // Report
 
 // report prints the figures and every violation with the events around it,
 // and writes the history when asked or when the run failed.
 func (h *harness) report() {
-	h.mu.Lock()
-	for _, e := range h.watchErr {
-		h.t.Errorf("CHECKER GAP (seed %d): %s", h.o.seed, e)
-	}
-	h.mu.Unlock()
 	st := h.check.Stats()
 	violations := h.check.Violations()
+	h.figure("control plane: %s", h.plane)
+	h.figure("managers' informers: %s", h.faults.lists)
+	h.figure("partitions: %s", h.faults.partition)
 	h.figure("injected faults: %d: %s", h.faults.plan.injected.total(), h.faults.plan.injected)
 	h.figure("stale writes refused by the API server (409 Conflict): %d: %s", h.faults.refused.total(), h.faults.refused)
 	h.figure("zombie: %s", h.faults.zombie)
@@ -965,8 +728,17 @@ func (h *harness) report() {
 	for k, v := range st.Phases {
 		phases.add(k, v)
 	}
-	h.figure("checker: %d events checked (%d BuildLock, %d Lease); %d grants, %d holds, highest fencing token %d; deletions: %d by the owner, %d by the finished TTL",
-		st.ClaimEvents+st.LeaseEvents, st.ClaimEvents, st.LeaseEvents, st.Grants, st.HeldTransitions, st.MaxToken, st.OwnerDeletes, st.TTLDeletes)
+	relists := newCounters()
+	for k, v := range st.Relists {
+		relists.add(k, v)
+	}
+	h.figure("checker: %d events checked (%d BuildLock, %d Lease, %d BuildLockPolicy); %d grants, %d holds, highest fencing token %d; deletions: %d by the owner, %d by the finished TTL, %d idle Leases",
+		st.ClaimEvents+st.LeaseEvents+st.PolicyEvents, st.ClaimEvents, st.LeaseEvents, st.PolicyEvents, st.Grants, st.HeldTransitions, st.MaxToken, st.OwnerDeletes, st.TTLDeletes, st.LeaseDeletes)
+	h.figure("checker re-lists after 410 Gone: %s; objects found changed %d, gone %d (deletions explained by the time the watch was down: %d; holds granted unseen: %d, claims that held unseen: %d; supersessions by claims never seen, judged by their specs: %d; by the line memory of a hold only the Lease showed: %d)",
+		relists, st.RelistChanged, st.RelistGone, st.GapDeletes, st.GapHold, st.UnseenHolds, st.GapSupersessions, st.MemorySupersessions)
+	h.figure("renewals: %d (%d stamped more than a minute ahead); holds that ended LockLost after their expiry: %d; longest a hold was seen past its end: %s (slack %s)",
+		st.Renewals, st.FarRenewals, st.LockLostExpired, st.LongestOverrun.Round(time.Millisecond), h.o.holdSlack)
+	h.figure("orderings: %d grants judged by queue order, %d queue joins followed for fairness, %d ordering changes", st.QueueGrants, st.FairnessTracked, st.OrderingChanges)
 	h.figure("transitions: %s", phases)
 	if n, examples := h.check.HoldsBehindTheGrant(); n > 0 {
 		h.figure("holds shown after the grant had moved on (not a violation: no second holder was shown): %d, e.g. %s", n, strings.Join(examples, "; "))
@@ -976,8 +748,8 @@ func (h *harness) report() {
 	h.figure("violations: %d", len(violations))
 
 	var b strings.Builder
-	fmt.Fprintf(&b, "chaos figures (seed %d, duration %s, %d targets in %d namespaces, fault rate %.0f%% per kind, pod-read faults %t, break=%q):\n",
-		h.o.seed, h.o.duration, len(h.targets), len(h.namespaces), 100*h.o.faultRate, h.faults.plan.podReads, *flagBreak)
+	fmt.Fprintf(&b, "chaos figures (seed %d, duration %s, %d targets in %d namespaces, fault rate %.0f%% per kind, pod-read faults %t, control plane %t, break=%q):\n",
+		h.o.seed, h.o.duration, len(h.targets), len(h.namespaces), 100*h.o.faultRate, h.faults.plan.podReads, h.o.controlPlane, *flagBreak)
 	h.mu.Lock()
 	for _, f := range h.figures {
 		fmt.Fprintf(&b, "  %s\n", f)

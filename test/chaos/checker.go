@@ -1,20 +1,22 @@
 package chaos
 
-// This file is the independent checker. It imports the API types and the
-// Kubernetes libraries only, never internal/...: it restates the operator's
-// contract (the API's phase documentation and issue 4's grant record) in its
-// own words. TestCheckerIsIndependent keeps it that way.
+// This file and the other non-test files of this package are the independent
+// checker. They import the API types and the Kubernetes libraries only, never
+// internal/...: they restate the operator's contract (the API's documentation
+// of phases, orderings, renewals and the grant record) in their own words.
+// TestCheckerIsIndependent keeps it that way.
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
@@ -23,142 +25,44 @@ import (
 )
 
 // LeasePrefix starts the name of every grant Lease: the grant record of
-// target t is the Lease "buildlock-<t>" in the claims' namespace; its holderIdentity is "<name>/<uid>" of the holding
-// BuildLock and its leaseTransitions is the fencing token.
+// target t is the Lease "buildlock-<t>" in the claims' namespace; its
+// holderIdentity is "<name>/<uid>" of the holding BuildLock and its
+// leaseTransitions is the fencing token.
 const LeasePrefix = "buildlock-"
 
-// defaultExpiresAfter is the API's default for spec.expiresAfter.
-const defaultExpiresAfter = time.Hour
+// TokenFloorLease is the Lease, one per namespace, whose leaseTransitions is
+// the highest fencing token of the grant Leases the operator deleted there
+// (the Leases of targets nobody claimed for the grant retention). Its name
+// has a dot, so that no target's grant Lease can have it.
+const TokenFloorLease = "buildlock.token-floor"
+
+// LinesAnnotation is the grant Lease's line memory: per line, the highest
+// build that held the lock and when (JSON), from which the operator
+// supersedes a lower build even when no claim of that build remains.
+const LinesAnnotation = "buildlock.io/lines"
+
+// maxStatusText bounds the checker's view of a status message: a message
+// quotes free text (a force-release reason of up to 40,000 characters) only
+// in part, so a message longer than this means free text was copied in
+// whole. It is an eighth of the API server's 32 KiB bound on a condition
+// message, which a copied text would break (and with it the status write).
+const maxStatusText = 4096
 
 // LockKey names one lock: the claims' namespace and their spec.target.
 type LockKey struct{ Namespace, Target string }
 
 func (k LockKey) String() string { return k.Namespace + "/" + k.Target }
 
-// ---------------------------------------------------------------------------
-// Ledger
+// line is a repository and branch, whose builds replace each other.
+type line struct{ repo, branch string }
 
-// Ledger is what the workload did, written down before each call so that the
-// checker can tell the workload's changes from anybody else's.
-type Ledger struct {
-	mu      sync.Mutex
-	specs   map[string]map[string]bool // ns/name → canonical specs written
-	deletes map[string]bool            // ns/name of claims the workload deleted
-	pods    map[string]*PodRecord      // ns/name of pods the workload created
-}
+func lineOf(s buildlockv1.BuildLockSpec) line { return line{s.Repo, s.Branch} }
 
-// PodRecord is what the workload did to one pod.
-type PodRecord struct {
-	UID types.UID
-	// Finished: the workload set the pod's phase to Succeeded or Failed.
-	Finished bool
-	// Deleted: the workload deleted the pod.
-	Deleted bool
-}
-
-// NewLedger returns an empty ledger.
-func NewLedger() *Ledger {
-	return &Ledger{specs: map[string]map[string]bool{}, deletes: map[string]bool{}, pods: map[string]*PodRecord{}}
-}
-
-// WroteSpec records that the workload creates or updates claim ns/name with
-// spec.
-func (l *Ledger) WroteSpec(ns, name string, spec buildlockv1.BuildLockSpec) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	key := ns + "/" + name
-	if l.specs[key] == nil {
-		l.specs[key] = map[string]bool{}
-	}
-	l.specs[key][SpecKey(spec)] = true
-}
-
-// SpecWritten reports whether the workload ever wrote spec for ns/name.
-func (l *Ledger) SpecWritten(ns, name string, spec buildlockv1.BuildLockSpec) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.specs[ns+"/"+name][SpecKey(spec)]
-}
-
-// RequestDelete records that the workload (the claim's owner) deletes ns/name.
-func (l *Ledger) RequestDelete(ns, name string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.deletes[ns+"/"+name] = true
-}
-
-// DeleteRequested reports whether the workload deleted ns/name.
-func (l *Ledger) DeleteRequested(ns, name string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.deletes[ns+"/"+name]
-}
-
-// PodCreated records a pod the workload created.
-func (l *Ledger) PodCreated(ns, name string, uid types.UID) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.pods[ns+"/"+name] = &PodRecord{UID: uid}
-}
-
-// PodFinishing records that the workload sets the pod's phase to Succeeded or
-// Failed; finished=false takes it back when the write failed.
-func (l *Ledger) PodFinishing(ns, name string, finished bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if p := l.pods[ns+"/"+name]; p != nil {
-		p.Finished = finished
-	}
-}
-
-// PodDeleting records that the workload deletes the pod.
-func (l *Ledger) PodDeleting(ns, name string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if p := l.pods[ns+"/"+name]; p != nil {
-		p.Deleted = true
-	}
-}
-
-// PodGone reports whether the pod a claim references is gone as far as the
-// workload knows: never created, deleted, or another UID than the reference.
-func (l *Ledger) PodGone(ns string, ref *buildlockv1.PodReference) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	p := l.pods[ns+"/"+ref.Name]
-	return p == nil || p.Deleted || (ref.UID != "" && types.UID(ref.UID) != p.UID)
-}
-
-// PodFinished reports whether the workload finished the referenced pod.
-func (l *Ledger) PodFinished(ns string, ref *buildlockv1.PodReference) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	p := l.pods[ns+"/"+ref.Name]
-	return p != nil && p.Finished && (ref.UID == "" || types.UID(ref.UID) == p.UID)
-}
-
-// SpecKey renders a spec canonically, with the API's defaults applied and
-// times at the API's microsecond precision, so that what the workload wrote
-// and what the API server returns compare equal.
-func SpecKey(s buildlockv1.BuildLockSpec) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "target=%s repo=%s branch=%s build=%d", s.Target, s.Repo, s.Branch, s.Build)
-	if s.PodRef != nil {
-		fmt.Fprintf(&b, " pod=%s/%s", s.PodRef.Name, s.PodRef.UID)
-	}
-	if s.Timestamp != nil {
-		fmt.Fprintf(&b, " timestamp=%d", s.Timestamp.UnixMicro())
-	}
-	fmt.Fprintf(&b, " expiresAfter=%s", expiresAfter(s))
-	if s.RenewTime != nil {
-		fmt.Fprintf(&b, " renewTime=%d", s.RenewTime.UnixMicro())
-	}
-	return b.String()
-}
+func (l line) String() string { return l.repo + "@" + l.branch }
 
 func expiresAfter(s buildlockv1.BuildLockSpec) time.Duration {
 	if s.ExpiresAfter == nil {
-		return defaultExpiresAfter
+		return buildlockv1.DefaultExpiresAfter
 	}
 	return s.ExpiresAfter.Duration
 }
@@ -170,7 +74,7 @@ func expiresAfter(s buildlockv1.BuildLockSpec) time.Duration {
 type Entry struct {
 	Seq  int
 	At   time.Time // the workload's clock when the checker saw it
-	Kind string    // BuildLock or Lease
+	Kind string    // BuildLock, Lease, Policy or Check
 	Type watch.EventType
 	Lock LockKey
 	Name string
@@ -184,8 +88,12 @@ type Entry struct {
 	identity string
 }
 
+// Relisted marks an entry that a re-list inferred: the object changed (or
+// went) while the checker's watch was down.
+const Relisted watch.EventType = "RELISTED"
+
 func (e Entry) String() string {
-	return fmt.Sprintf("#%-6d %s %-9s %-8s %-22s %-28s rv=%-7s %s", e.Seq, e.At.Format("15:04:05.000"), e.Kind, e.Type, e.Lock, e.Name, e.RV, e.What)
+	return fmt.Sprintf("#%-6d %s %-9s %-9s %-22s %-28s rv=%-7s %s", e.Seq, e.At.Format("15:04:05.000"), e.Kind, e.Type, e.Lock, e.Name, e.RV, e.What)
 }
 
 // Violation is a broken rule, found at history entry Seq.
@@ -202,7 +110,7 @@ func (v Violation) String() string {
 
 // CheckerStats count what the checker saw.
 type CheckerStats struct {
-	ClaimEvents, LeaseEvents int
+	ClaimEvents, LeaseEvents, PolicyEvents int
 	// Grants counts Lease writes that name a new holder.
 	Grants int
 	// HeldTransitions counts claims entering Held.
@@ -210,32 +118,94 @@ type CheckerStats struct {
 	// Phases counts transitions into each phase, by phase/reason.
 	Phases map[string]int
 	// OwnerDeletes and TTLDeletes count deletions by the workload and by the
-	// operator's finished TTL.
-	OwnerDeletes, TTLDeletes int
-	MaxToken                 int64
+	// operator's finished TTL; LeaseDeletes the idle grant Leases deleted.
+	OwnerDeletes, TTLDeletes, LeaseDeletes int
+	MaxToken                               int64
+	// Relists counts the re-lists after a watch failed (by kind);
+	// RelistChanged and RelistGone the objects found changed or gone, and
+	// GapDeletes the deletions the checker could not see but the time it
+	// was blind explains.
+	Relists                                        map[string]int
+	RelistChanged, RelistGone, GapDeletes, GapHold int
+	// GapSupersessions counts supersessions by claims the checker never
+	// saw (created and gone while it was blind), judged by their specs.
+	GapSupersessions int
+	// MemorySupersessions counts supersessions by the grant record's line
+	// memory that only a version of the Lease explains (the checker did not
+	// see the hold that it remembers).
+	MemorySupersessions int
+	// UnseenHolds counts claims a re-list showed ended with a fencing
+	// token, that held while the checker's watch was down.
+	UnseenHolds int
+	// Renewals counts renewals seen; FarRenewals those stamped more than a
+	// minute ahead of the workload's clock.
+	Renewals, FarRenewals int
+	// LockLostExpired counts holds that ended LockLost although their hold
+	// had expired (the expiry the grant record should have kept).
+	LockLostExpired int
+	// QueueGrants counts grants judged by the queue-order rule, and
+	// FairnessTracked the lines whose fairness bound was followed.
+	QueueGrants, FairnessTracked int
+	// OrderingChanges counts policy changes of ordering seen mid-run.
+	OrderingChanges int
+	// LongestOverrun is the longest a hold was seen going on past its end
+	// (in real time), within the slack allowed.
+	LongestOverrun time.Duration
 }
 
 // ---------------------------------------------------------------------------
 // Checker
 
-// Checker judges every BuildLock and grant-Lease event, in the API server's
-// order per kind, against the safety rules. See the package documentation and
-// docs/reliability.md for the rules.
+// CheckerOptions are what the checker knows of how the operator runs.
+type CheckerOptions struct {
+	// TTL is the operator's finished TTL (zero: it never deletes claims).
+	TTL time.Duration
+	// Tolerance is how far a manager's clock may be from the workload's,
+	// plus the rounding of stored times.
+	Tolerance time.Duration
+	// Retention is the operator's grant retention: how long a lock remembers
+	// which builds of each line held it, and after how long without a write
+	// an unclaimed lock's Lease may be deleted.
+	Retention time.Duration
+	// MaxHold is the operator's --max-hold, for locks whose policy sets no
+	// spec.maxHold (zero: none).
+	MaxHold time.Duration
+	// PolicyLag is how long after a policy changes a manager may still
+	// decide under the old one (its cache lags, it is frozen or
+	// partitioned): rules that depend on the ordering judge only what is
+	// decided when every ordering in effect within PolicyLag agrees.
+	PolicyLag time.Duration
+	// HoldSlack is how long (in real time) a hold may be seen going on past
+	// its end before that is a violation: the operator's reaction time
+	// through faults, partitions and control-plane restarts.
+	HoldSlack time.Duration
+	// Now is the workload's clock.
+	Now func() time.Time
+	// OnLease, when set, is told of every grant Lease event the checker
+	// judges (with the checker's lock held), re-lists included.
+	OnLease func(typ watch.EventType, l *coordinationv1.Lease)
+}
+
+// Checker judges every BuildLock, grant-Lease and BuildLockPolicy event, in
+// the API server's order per kind, against the safety rules. See the
+// package documentation and docs/reliability.md for the rules.
 type Checker struct {
 	ledger *Ledger
-	// ttl is the operator's finished TTL (zero: it never deletes).
-	ttl time.Duration
-	// tolerance is how far a manager's clock may run ahead of the workload's.
-	tolerance time.Duration
-	now       func() time.Time
+	o      CheckerOptions
 
 	mu         sync.Mutex
 	claims     map[types.UID]*claimView
 	names      map[string]types.UID // ns/name → latest UID
 	locks      map[LockKey]*lockView
+	floors     map[string]int64 // namespace → token floor seen
 	history    []Entry
 	violations []Violation
 	stats      CheckerStats
+	// relisting suppresses the per-event one-holder check while a re-list is
+	// applied: the list is one consistent state, its items are not; and
+	// defers the checks that need another item of the list.
+	relisting bool
+	deferred  []func()
 }
 
 type claimView struct {
@@ -245,14 +215,31 @@ type claimView struct {
 	created time.Time
 	spec    buildlockv1.BuildLockSpec
 	status  buildlockv1.BuildLockStatus
+	rv      string
 	deleted bool
+	// deletedRV is the resourceVersion of its deletion (zero: not seen
+	// deleted, or found gone by a re-list).
+	deletedRV uint64
+	// addedRV is the resourceVersion the claim was first seen with: no
+	// decision written to the Lease before it can have known the claim.
+	addedRV uint64
+	// lastSeen is when the checker last had news of the claim.
+	lastSeen time.Time
 	// heldTokens are the tokens with which the claim was shown Held.
 	heldTokens []int64
 	heldAt     time.Time
+	// renewLow and renewHigh bound the instant the operator may count the
+	// latest renewal from: min(renewTime, when it was sent) and
+	// min(renewTime, when the checker saw it). A renewal stamped in the
+	// future counts from when it arrived, never from its stamp.
+	renewLow, renewHigh time.Time
 	// expiredBeforeRenewal: a renewal arrived after the pod-less hold had
 	// already expired under the spec of the time. An expiry decided before
 	// the renewal stands, even if its status is written after it.
 	expiredBeforeRenewal bool
+	// overrunSince is the real time at which the checker first saw the hold
+	// going on past its end (zero while it has not).
+	overrunSince time.Time
 }
 
 type lockView struct {
@@ -261,29 +248,58 @@ type lockView struct {
 	lastHeldName  string
 	// The grant Lease as last seen.
 	leaseSeen     bool
+	leaseDeleted  bool
+	lease         *coordinationv1.Lease
 	leaseHolder   string
 	leaseToken    int64
 	leaseMaxToken int64
 	// grants: every (holderIdentity, token) the Lease named, with its
-	// acquireTime.
-	grants map[string]time.Time
+	// acquireTime, and the resourceVersion of the Lease that did.
+	grants   map[string]time.Time
+	grantRVs map[string]uint64
+	// gapTokens are tokens issued while the checker's Lease watch was down:
+	// holds with them were granted unseen.
+	gapTokens [][2]int64
+	// eras is the lock's policy over time, the first era from the start.
+	eras []policyEra
+	// lines are the builds of each line that held, with their grant time.
+	lines map[line][]heldBuild
+	// memory is what the Lease's line memory (LinesAnnotation) said held,
+	// per line, in any version of the Lease seen: the operator supersedes
+	// from it, and it may know of a hold the checker never saw (granted
+	// and ended while the claim watch was behind, or of a claim not yet
+	// seen when its grant was).
+	memory map[line][]heldBuild
+	// deletions are Lease deletions seen while claims of the lock were
+	// live as far as the checker knew.
+	deletions []leaseDeletion
+	// memoryPending are supersessions by the line memory that nothing seen
+	// so far explains; the Lease that does may arrive later than the
+	// claim's status (two watches), so they are judged at the end of the
+	// run.
+	memoryPending []memorySupersession
+	// fair follows the queue's fairness bound per line (ordering Queue).
+	fair map[line]*fairLine
+	// unsureUntil: after a re-list the checker may have missed holds; the
+	// rules that depend on the queue's history wait until then.
+	unsureUntil time.Time
 }
 
 // NewChecker returns a checker that consults ledger for the workload's own
-// changes, allows finished-TTL deletions after ttl, and tolerates managers'
-// clocks up to tolerance ahead of now (the workload's clock).
-func NewChecker(ledger *Ledger, ttl, tolerance time.Duration, now func() time.Time) *Checker {
+// changes.
+func NewChecker(ledger *Ledger, o CheckerOptions) *Checker {
 	return &Checker{
-		ledger: ledger, ttl: ttl, tolerance: tolerance, now: now,
-		claims: map[types.UID]*claimView{}, names: map[string]types.UID{}, locks: map[LockKey]*lockView{},
-		stats: CheckerStats{Phases: map[string]int{}},
+		ledger: ledger, o: o,
+		claims: map[types.UID]*claimView{}, names: map[string]types.UID{}, locks: map[LockKey]*lockView{}, floors: map[string]int64{},
+		stats: CheckerStats{Phases: map[string]int{}, Relists: map[string]int{}},
 	}
 }
 
 func (c *Checker) lock(k LockKey) *lockView {
 	lv := c.locks[k]
 	if lv == nil {
-		lv = &lockView{held: map[types.UID]bool{}, grants: map[string]time.Time{}}
+		lv = &lockView{held: map[types.UID]bool{}, grants: map[string]time.Time{}, grantRVs: map[string]uint64{}, lines: map[line][]heldBuild{}, memory: map[line][]heldBuild{}, fair: map[line]*fairLine{},
+			eras: []policyEra{{ordering: buildlockv1.OrderingNewestWins, maxHold: c.o.MaxHold}}}
 		c.locks[k] = lv
 	}
 	return lv
@@ -307,11 +323,12 @@ func phaseOf(p buildlockv1.Phase) buildlockv1.Phase {
 }
 
 // legalNext is the API's phase contract (api/v1alpha1.Phase* comments):
-// Pending can become anything; Waiting → Held, Superseded or Released; Held →
-// Released or Expired; the rest are terminal.
+// Pending can become anything; Waiting → Held, Superseded, Released or
+// Expired (a claim granted whose Held status was never written, when the
+// hold ran out); Held → Released or Expired; the rest are terminal.
 var legalNext = map[buildlockv1.Phase][]buildlockv1.Phase{
 	buildlockv1.PhasePending: {buildlockv1.PhaseWaiting, buildlockv1.PhaseHeld, buildlockv1.PhaseSuperseded, buildlockv1.PhaseReleased, buildlockv1.PhaseExpired},
-	buildlockv1.PhaseWaiting: {buildlockv1.PhaseHeld, buildlockv1.PhaseSuperseded, buildlockv1.PhaseReleased},
+	buildlockv1.PhaseWaiting: {buildlockv1.PhaseHeld, buildlockv1.PhaseSuperseded, buildlockv1.PhaseReleased, buildlockv1.PhaseExpired},
 	buildlockv1.PhaseHeld:    {buildlockv1.PhaseReleased, buildlockv1.PhaseExpired},
 }
 
@@ -350,42 +367,50 @@ func describeClaim(bl *buildlockv1.BuildLock) string {
 	if s.SupersededBy != "" {
 		fmt.Fprintf(&b, " by=%s", s.SupersededBy)
 	}
-	fmt.Fprintf(&b, " | %s@%s#%d", bl.Spec.Repo, bl.Spec.Branch, bl.Spec.Build)
+	if s.QueuedAt != nil {
+		fmt.Fprintf(&b, " queued=%s", s.QueuedAt.Format("15:04:05.000000"))
+	}
+	fmt.Fprintf(&b, " | %s@%q#%d", bl.Spec.Repo, bl.Spec.Branch, bl.Spec.Build)
 	if bl.Spec.PodRef != nil {
 		fmt.Fprintf(&b, " pod=%s", bl.Spec.PodRef.Name)
 	} else {
 		fmt.Fprintf(&b, " podless/%s", expiresAfter(bl.Spec))
 	}
 	if bl.Spec.RenewTime != nil {
-		fmt.Fprintf(&b, " renew=%s", bl.Spec.RenewTime.Format("15:04:05.000"))
+		fmt.Fprintf(&b, " renew=%s", bl.Spec.RenewTime.Format("2006-01-02T15:04:05.000"))
+	}
+	if s.RenewedAt != nil {
+		fmt.Fprintf(&b, " renewed=%s", s.RenewedAt.Format("15:04:05.000"))
+	}
+	if _, forced := bl.Annotations[buildlockv1.ForceReleaseAnnotation]; forced {
+		fmt.Fprintf(&b, " force-released(%d chars)", utf8.RuneCountInString(bl.Annotations[buildlockv1.ForceReleaseAnnotation]))
 	}
 	return b.String()
 }
 
-// orderTime is when a build started, for ranking builds of different lines:
-// spec.timestamp, else the creation time (the API's documented fallback).
+// orderTime is when a build started, for ranking builds of different lines
+// (NewestWins): spec.timestamp, else the creation time (the API's
+// documented fallback), never later than the creation time plus
+// MaxTimestampSkew (a stamp in the future ranks as if a little later).
 func (v *claimView) orderTime() time.Time {
-	if v.spec.Timestamp != nil {
-		return v.spec.Timestamp.Time
+	if v.spec.Timestamp == nil {
+		return v.created
 	}
-	return v.created
-}
-
-// atLeastAsNew reports whether claim a may supersede claim b: a build of the
-// same line (repo and branch) with a build number at least b's, or a build of
-// another line that started no earlier than b.
-func atLeastAsNew(a, b *claimView) bool {
-	if a.spec.Repo == b.spec.Repo && a.spec.Branch == b.spec.Branch {
-		return a.spec.Build >= b.spec.Build
+	if latest := v.created.Add(buildlockv1.MaxTimestampSkew); v.spec.Timestamp.After(latest) {
+		return latest
 	}
-	return !a.orderTime().Before(b.orderTime())
+	return v.spec.Timestamp.Time
 }
 
 // ObserveClaim judges one BuildLock watch event.
 func (c *Checker) ObserveClaim(typ watch.EventType, bl *buildlockv1.BuildLock) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	now := c.now()
+	c.observeClaim(typ, bl)
+}
+
+func (c *Checker) observeClaim(typ watch.EventType, bl *buildlockv1.BuildLock) {
+	now := c.o.Now()
 	lock := LockKey{bl.Namespace, bl.Spec.Target}
 	e := c.record(Entry{At: now, Kind: "BuildLock", Type: typ, Lock: lock, Name: bl.Name, UID: bl.UID, RV: bl.ResourceVersion, What: describeClaim(bl),
 		phase: phaseOf(bl.Status.Phase), token: bl.Status.FencingToken, identity: holderIdentity(bl.Name, bl.UID)})
@@ -393,34 +418,51 @@ func (c *Checker) ObserveClaim(typ watch.EventType, bl *buildlockv1.BuildLock) {
 	lv := c.lock(lock)
 
 	prev := c.claims[bl.UID]
-	cv := &claimView{lock: lock, name: bl.Name, uid: bl.UID, created: bl.CreationTimestamp.Time}
+	cv := &claimView{lock: lock, name: bl.Name, uid: bl.UID, created: bl.CreationTimestamp.Time, rv: bl.ResourceVersion, lastSeen: now}
+	cv.addedRV = parseRV(bl.ResourceVersion)
 	if prev != nil {
+		cv.addedRV = prev.addedRV
 		cv.heldTokens, cv.heldAt, cv.expiredBeforeRenewal = prev.heldTokens, prev.heldAt, prev.expiredBeforeRenewal
-		if renewed(prev.spec, bl.Spec) {
-			if expiry, ok := c.holdExpiry(lv, prev); ok && !now.Add(c.tolerance).Before(expiry) {
-				cv.expiredBeforeRenewal = true
-			}
-		}
+		cv.renewLow, cv.renewHigh, cv.overrunSince = prev.renewLow, prev.renewHigh, prev.overrunSince
 	}
 	cv.spec, cv.status = *bl.Spec.DeepCopy(), *bl.Status.DeepCopy()
-	c.claims[bl.UID] = cv
-	c.names[bl.Namespace+"/"+bl.Name] = bl.UID
 
 	// Spec: only the workload writes it.
-	if !c.ledger.SpecWritten(bl.Namespace, bl.Name, bl.Spec) {
+	sentAt, written := c.ledger.SpecWritten(bl.Namespace, bl.Name, bl.Spec)
+	if !written {
 		c.violate(e, "spec-by-owner-only", "%s has a spec the workload never wrote: %s", bl.Name, SpecKey(bl.Spec))
 	}
+	if prev == nil || renewed(prev.spec, bl.Spec) {
+		c.noteRenewal(lv, cv, prev, sentAt, now)
+	}
+	c.claims[bl.UID] = cv
+	c.names[bl.Namespace+"/"+bl.Name] = bl.UID
 
 	from := buildlockv1.PhasePending
 	if prev != nil {
 		from = phaseOf(prev.status.Phase)
 	}
 	to := phaseOf(bl.Status.Phase)
+	if typ == Relisted && from != buildlockv1.PhaseHeld && (to == buildlockv1.PhaseReleased || to == buildlockv1.PhaseExpired) &&
+		bl.Status.FencingToken > 0 && !slices.Contains(cv.heldTokens, bl.Status.FencingToken) {
+		// Only a grant gives a claim a fencing token: it held while the
+		// watch was down, and is judged as a hold that ended. The end of
+		// the run checks that the Lease named it with that token (or that
+		// the token was issued while the Lease watch was down too).
+		from = buildlockv1.PhaseHeld
+		cv.heldTokens = append(cv.heldTokens, bl.Status.FencingToken)
+		lv.lastHeldToken = max(lv.lastHeldToken, bl.Status.FencingToken)
+		if at := bl.Status.AcquiredAt; at != nil {
+			c.rememberHeld(lv, cv, at.Time)
+		}
+		c.stats.UnseenHolds++
+	}
 
 	if typ == watch.Deleted {
 		cv.deleted = true
+		cv.deletedRV = parseRV(bl.ResourceVersion)
 		delete(lv.held, bl.UID)
-		c.checkDeletion(e, bl, now)
+		c.checkDeletion(e, bl, now, false)
 		return
 	}
 
@@ -432,113 +474,66 @@ func (c *Checker) ObserveClaim(typ watch.EventType, bl *buildlockv1.BuildLock) {
 	} else if !legal(from, to) {
 		c.violate(e, "legal-transition", "%s went %s → %s, which the API's phase contract does not allow", bl.Name, from, to)
 	}
+	if prev == nil || !equality.Semantic.DeepEqual(prev.status, bl.Status) {
+		c.checkStatusText(e, cv)
+		c.checkRenewalRecorded(e, cv, now)
+		c.checkPlaceKept(e, lv, cv, prev, now)
+	}
 
-	c.checkHeld(e, lv, cv, prev, from, to)
+	c.checkHeld(e, lv, cv, prev, from, to, now)
 	if from != to {
 		c.stats.Phases[string(to)+"/"+bl.Status.Reason]++
 		switch to {
 		case buildlockv1.PhaseSuperseded:
-			c.checkSuperseded(e, cv)
+			c.checkSuperseded(e, lv, cv, now)
 		case buildlockv1.PhaseExpired:
 			c.checkExpired(e, lv, cv, now)
 		case buildlockv1.PhaseReleased:
 			c.checkReleased(e, lv, cv, from, now)
 		}
 	}
-}
-
-// checkHeld keeps the set of claims shown Held: at most one per lock, and
-// each new holder's fencing token above the previous holder's.
-func (c *Checker) checkHeld(e Entry, lv *lockView, cv, prev *claimView, from, to buildlockv1.Phase) {
-	token := cv.status.FencingToken
-	switch {
-	case to == buildlockv1.PhaseHeld && from != buildlockv1.PhaseHeld:
-		if token <= lv.lastHeldToken {
-			c.violate(e, "fencing-token-increases", "%s holds with fencing token %d, not above the previous holder %s's %d", cv.name, token, lv.lastHeldName, lv.lastHeldToken)
-		}
-		lv.lastHeldToken, lv.lastHeldName = max(lv.lastHeldToken, token), cv.name
-		cv.heldTokens = append(cv.heldTokens, token)
-		cv.heldAt = e.At
-		c.stats.HeldTransitions++
-		c.stats.MaxToken = max(c.stats.MaxToken, token)
-	case to == buildlockv1.PhaseHeld && token != prev.status.FencingToken:
-		c.violate(e, "fencing-token-increases", "%s kept holding but its fencing token changed %d → %d", cv.name, prev.status.FencingToken, token)
-	}
-	if to == buildlockv1.PhaseHeld {
-		lv.held[cv.uid] = true
-	} else {
-		delete(lv.held, cv.uid)
-	}
-	if len(lv.held) > 1 {
-		var names []string
-		for uid := range lv.held {
-			h := c.claims[uid]
-			names = append(names, fmt.Sprintf("%s (token %d)", h.name, h.status.FencingToken))
-		}
-		sort.Strings(names)
-		c.violate(e, "one-holder", "%d claims are Held at once: %s", len(names), strings.Join(names, ", "))
+	if to == buildlockv1.PhaseWaiting {
+		c.trackFairness(lv, cv, now)
 	}
 }
 
-// checkSuperseded: a claim is only ever superseded by a claim of its lock
-// that is at least as new.
-func (c *Checker) checkSuperseded(e Entry, cv *claimView) {
-	by := c.claims[c.names[cv.lock.Namespace+"/"+cv.status.SupersededBy]]
-	switch {
-	case by == nil:
-		c.violate(e, "superseded-by-newer", "%s was superseded by %q, a claim never seen", cv.name, cv.status.SupersededBy)
-	case by.lock != cv.lock:
-		c.violate(e, "superseded-by-newer", "%s was superseded by %s, a claim of another lock (%s)", cv.name, by.name, by.lock)
-	case !atLeastAsNew(by, cv):
-		c.violate(e, "superseded-by-newer", "%s (%s@%s#%d, started %s) was superseded by the older %s (%s@%s#%d, started %s)",
-			cv.name, cv.spec.Repo, cv.spec.Branch, cv.spec.Build, cv.orderTime().Format(time.StampMicro),
-			by.name, by.spec.Repo, by.spec.Branch, by.spec.Build, by.orderTime().Format(time.StampMicro))
-	}
-}
-
-// checkExpired: only a pod-less hold expires (this run sets no --max-hold),
-// and not before max(acquiredAt, renewTime) + expiresAfter, give or take the
-// managers' clock skew.
-func (c *Checker) checkExpired(e Entry, lv *lockView, cv *claimView, now time.Time) {
-	if cv.spec.PodRef != nil {
-		c.violate(e, "expiry", "%s has a pod but Expired (reason %q); no max hold is set", cv.name, cv.status.Reason)
+// noteRenewal follows a claim's renewals: the instant the operator may
+// count the latest from lies between min(renewTime, when the workload sent
+// it) and min(renewTime, when the checker saw it). A renewal that comes
+// after the hold already expired does not revive it.
+func (c *Checker) noteRenewal(lv *lockView, cv, prev *claimView, sentAt, now time.Time) {
+	rt := cv.spec.RenewTime
+	if rt == nil {
 		return
 	}
-	c.checkExpiryPassed(e, "expiry", lv, cv, now)
+	if prev != nil {
+		c.stats.Renewals++
+		if rt.After(now.Add(time.Minute)) {
+			c.stats.FarRenewals++
+		}
+		if expiry, ok := c.earliestExpiry(lv, prev); ok && !now.Add(c.o.Tolerance).Before(expiry) {
+			cv.expiredBeforeRenewal = true
+		}
+	}
+	if sentAt.IsZero() || sentAt.After(now) {
+		sentAt = now
+	}
+	cv.renewLow = laterOf(cv.renewLow, earlierOf(rt.Time, sentAt))
+	cv.renewHigh = laterOf(cv.renewHigh, earlierOf(rt.Time, now))
 }
 
-// checkExpiryPassed: a pod-less hold may end no earlier than max(acquiredAt,
-// renewTime) + expiresAfter, give or take the managers' clock skew, where
-// renewTime is the one in effect then: a renewal that arrives after the hold
-// expired does not revive it.
-func (c *Checker) checkExpiryPassed(e Entry, rule string, lv *lockView, cv *claimView, now time.Time) {
-	expiry, granted := c.holdExpiry(lv, cv)
-	if !granted {
-		c.violate(e, rule, "%s %s but was never granted", cv.name, phaseOf(cv.status.Phase))
-		return
+func earlierOf(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
 	}
-	if !cv.expiredBeforeRenewal && now.Add(c.tolerance).Before(expiry) {
-		c.violate(e, rule, "%s %s (%s) at %s, %s before its expiry %s (tolerance %s)", cv.name, phaseOf(cv.status.Phase), cv.status.Reason,
-			now.Format(time.StampMilli), expiry.Sub(now).Round(time.Millisecond), expiry.Format(time.StampMilli), c.tolerance)
-	}
+	return a
 }
 
-// holdExpiry is when claim cv's pod-less hold expires under its current
-// spec; granted is false if the claim was never granted.
-func (c *Checker) holdExpiry(lv *lockView, cv *claimView) (expiry time.Time, granted bool) {
-	var acquired time.Time
-	if cv.status.AcquiredAt != nil {
-		acquired = cv.status.AcquiredAt.Time
-	} else if at, ok := lv.grants[holderIdentity(cv.name, cv.uid)]; ok {
-		acquired = at
-	} else {
-		return time.Time{}, false
+func laterOf(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
 	}
-	from := acquired
-	if cv.spec.RenewTime != nil && cv.spec.RenewTime.After(from) {
-		from = cv.spec.RenewTime.Time
-	}
-	return from.Add(expiresAfter(cv.spec)), true
+	return a
 }
 
 // renewed reports whether spec.renewTime moved between a and b.
@@ -552,11 +547,228 @@ func renewed(a, b buildlockv1.BuildLockSpec) bool {
 	return !a.RenewTime.Equal(b.RenewTime.Time)
 }
 
+// checkStatusText: a status carries no free text in whole, and nothing
+// that a terminal would interpret (control characters, bidirectional
+// overrides), however long and hostile the force-release reason was.
+func (c *Checker) checkStatusText(e Entry, cv *claimView) {
+	texts := []string{cv.status.Message}
+	for _, cond := range cv.status.Conditions {
+		texts = append(texts, cond.Message)
+	}
+	for _, s := range texts {
+		if len(s) > maxStatusText {
+			c.violate(e, "text-bounded", "%s's status carries a message of %d bytes (bound %d)", cv.name, len(s), maxStatusText)
+			return
+		}
+		if r, bad := unprintable(s); bad {
+			c.violate(e, "text-bounded", "%s's status message carries the raw character %U", cv.name, r)
+			return
+		}
+	}
+}
+
+// unprintable returns the first control character or bidirectional override
+// in s.
+func unprintable(s string) (rune, bool) {
+	for _, r := range s {
+		switch {
+		case r < 0x20, r >= 0x7f && r <= 0x9f, r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069, r == utf8.RuneError:
+			return r, true
+		}
+	}
+	return 0, false
+}
+
+// checkRenewalRecorded: the renewal the operator records (status.renewedAt)
+// is never later than the client's renewTime, nor later than the moment it
+// could have seen it: a renewal stamped in the future counts from when it
+// arrived.
+func (c *Checker) checkRenewalRecorded(e Entry, cv *claimView, now time.Time) {
+	ra := cv.status.RenewedAt
+	if ra == nil {
+		return
+	}
+	switch rt := cv.spec.RenewTime; {
+	case rt == nil:
+		c.violate(e, "renewal-observed", "%s records a renewal at %s but was never renewed", cv.name, ra.Format(time.StampMicro))
+	case ra.After(rt.Time):
+		c.violate(e, "renewal-observed", "%s records its renewal at %s, after the renewTime %s it was stamped with", cv.name, ra.Format(time.StampMicro), rt.Format(time.RFC3339Nano))
+	case ra.After(now.Add(c.o.Tolerance)):
+		c.violate(e, "renewal-observed", "%s records its renewal at %s, later than the status write that records it (%s): the renewal counts from when the operator saw it, not from the client's clock",
+			cv.name, ra.Format(time.RFC3339Nano), now.Format(time.RFC3339Nano))
+	}
+}
+
+// checkHeld keeps the set of claims shown Held: at most one per lock, each
+// new holder's fencing token above the previous holder's, no build granted
+// at or below one of its line that held within the retention, the queue's
+// order, and a hold's stated end within its bounds.
+func (c *Checker) checkHeld(e Entry, lv *lockView, cv, prev *claimView, from, to buildlockv1.Phase, now time.Time) {
+	token := cv.status.FencingToken
+	switch {
+	case to == buildlockv1.PhaseHeld && from != buildlockv1.PhaseHeld:
+		if token <= lv.lastHeldToken {
+			c.violate(e, "fencing-token-increases", "%s holds with fencing token %d, not above the previous holder %s's %d", cv.name, token, lv.lastHeldName, lv.lastHeldToken)
+		}
+		lv.lastHeldToken, lv.lastHeldName = max(lv.lastHeldToken, token), cv.name
+		cv.heldTokens = append(cv.heldTokens, token)
+		cv.heldAt = e.At
+		c.stats.HeldTransitions++
+		c.stats.MaxToken = max(c.stats.MaxToken, token)
+		c.checkNoRollback(e, lv, cv)
+		c.checkQueueOrder(e, lv, cv, prev, now)
+		c.countHandOff(e, lv, cv, prev, now)
+	case to == buildlockv1.PhaseHeld && token != prev.status.FencingToken:
+		c.violate(e, "fencing-token-increases", "%s kept holding but its fencing token changed %d → %d", cv.name, prev.status.FencingToken, token)
+	}
+	if to == buildlockv1.PhaseHeld {
+		lv.held[cv.uid] = true
+		c.checkStatedEnd(e, lv, cv)
+	} else {
+		delete(lv.held, cv.uid)
+	}
+	if !c.relisting {
+		c.checkOneHolder(e, lv)
+	}
+}
+
+func (c *Checker) checkOneHolder(e Entry, lv *lockView) {
+	if len(lv.held) <= 1 {
+		return
+	}
+	var names []string
+	for uid := range lv.held {
+		h := c.claims[uid]
+		names = append(names, fmt.Sprintf("%s (token %d)", h.name, h.status.FencingToken))
+	}
+	sort.Strings(names)
+	c.violate(e, "one-holder", "%d claims are Held at once: %s", len(names), strings.Join(names, ", "))
+}
+
+// checkStatedEnd: the end a Held status states (expiresAt) is within the
+// hold's bounds: for a pod-less hold, its grant or recorded renewal plus
+// expiresAfter; for every hold, its grant plus the maximum hold when one is
+// in effect.
+func (c *Checker) checkStatedEnd(e Entry, lv *lockView, cv *claimView) {
+	st := cv.status
+	if st.AcquiredAt == nil {
+		return
+	}
+	var bound time.Time
+	if cv.spec.PodRef == nil {
+		from := st.AcquiredAt.Time
+		if st.RenewedAt != nil && st.RenewedAt.After(from) {
+			from = st.RenewedAt.Time
+		}
+		bound = from.Add(expiresAfter(cv.spec))
+	}
+	if longest, bounded := c.maxHoldLongest(lv, st.AcquiredAt.Time); bounded {
+		if end := st.AcquiredAt.Add(longest); bound.IsZero() || end.Before(bound) {
+			bound = end
+		}
+	}
+	switch {
+	case bound.IsZero():
+		return
+	case st.ExpiresAt == nil:
+		c.violate(e, "hold-bounded", "%s is Held with no stated end, but its hold ends at %s", cv.name, bound.Format(time.StampMicro))
+	case st.ExpiresAt.After(bound.Add(time.Microsecond)):
+		c.violate(e, "hold-bounded", "%s is Held until %s, %s past its bound %s", cv.name, st.ExpiresAt.Format(time.StampMicro),
+			st.ExpiresAt.Sub(bound).Round(time.Millisecond), bound.Format(time.StampMicro))
+	}
+}
+
+// checkExpired: a hold expires by time only, not before it may: with reason
+// Expired, a pod-less hold at max(grant, renewal) + expiresAfter; with
+// reason MaxHoldExceeded, any hold at its grant plus a maximum hold in
+// effect; give or take the managers' clock skew.
+func (c *Checker) checkExpired(e Entry, lv *lockView, cv *claimView, now time.Time) {
+	switch cv.status.Reason {
+	case buildlockv1.ReasonExpired:
+		if cv.spec.PodRef != nil {
+			c.violate(e, "expiry", "%s has a pod but Expired (reason Expired): only a pod-less hold expires un-renewed", cv.name)
+			return
+		}
+		c.checkExpiryPassed(e, "expiry", lv, cv, now)
+	case buildlockv1.ReasonMaxHoldExceeded:
+		acquired, granted := c.acquiredAt(lv, cv)
+		shortest, bounded := c.maxHoldShortest(lv, acquired)
+		switch {
+		case !granted:
+			c.violate(e, "expiry", "%s exceeded its maximum hold but was never granted", cv.name)
+		case !bounded:
+			c.violate(e, "expiry", "%s Expired (MaxHoldExceeded) but no maximum hold was in effect", cv.name)
+		case now.Add(c.o.Tolerance).Before(acquired.Add(shortest)):
+			c.violate(e, "expiry", "%s exceeded its maximum hold of %s at %s, %s early", cv.name, shortest, now.Format(time.StampMilli),
+				acquired.Add(shortest).Sub(now).Round(time.Millisecond))
+		}
+	default:
+		c.violate(e, "expiry", "%s Expired with unknown reason %q", cv.name, cv.status.Reason)
+	}
+}
+
+// checkExpiryPassed: a pod-less hold may end no earlier than max(acquiredAt,
+// renewal) + expiresAfter, give or take the managers' clock skew, where the
+// renewal is the one in effect then: a renewal that arrives after the hold
+// expired does not revive it.
+func (c *Checker) checkExpiryPassed(e Entry, rule string, lv *lockView, cv *claimView, now time.Time) {
+	expiry, granted := c.earliestExpiry(lv, cv)
+	if !granted {
+		c.violate(e, rule, "%s %s but was never granted", cv.name, phaseOf(cv.status.Phase))
+		return
+	}
+	if !cv.expiredBeforeRenewal && now.Add(c.o.Tolerance).Before(expiry) {
+		c.violate(e, rule, "%s %s (%s) at %s, %s before its expiry %s (tolerance %s)", cv.name, phaseOf(cv.status.Phase), cv.status.Reason,
+			now.Format(time.StampMilli), expiry.Sub(now).Round(time.Millisecond), expiry.Format(time.StampMilli), c.o.Tolerance)
+	}
+}
+
+// acquiredAt is when claim cv was granted: its status's acquiredAt, else the
+// grant Lease's acquireTime for it.
+func (c *Checker) acquiredAt(lv *lockView, cv *claimView) (time.Time, bool) {
+	if cv.status.AcquiredAt != nil {
+		return cv.status.AcquiredAt.Time, true
+	}
+	at, ok := lv.grants[holderIdentity(cv.name, cv.uid)]
+	return at, ok
+}
+
+// earliestExpiry is the earliest instant at which claim cv's pod-less hold
+// may expire: max(grant, renewal sent) + expiresAfter; granted is false if
+// the claim was never granted.
+func (c *Checker) earliestExpiry(lv *lockView, cv *claimView) (expiry time.Time, granted bool) {
+	acquired, ok := c.acquiredAt(lv, cv)
+	if !ok {
+		return time.Time{}, false
+	}
+	return laterOf(acquired, cv.renewLow).Add(expiresAfter(cv.spec)), true
+}
+
+// latestEnd is the latest instant at which claim cv's hold must have ended
+// by time alone (zero: it has no end in time): its pod-less expiry counted
+// from the latest instant the renewal may count from, or its grant plus the
+// longest maximum hold in effect.
+func (c *Checker) latestEnd(lv *lockView, cv *claimView) time.Time {
+	acquired, ok := c.acquiredAt(lv, cv)
+	if !ok {
+		return time.Time{}
+	}
+	var end time.Time
+	if cv.spec.PodRef == nil {
+		end = laterOf(acquired, cv.renewHigh).Add(expiresAfter(cv.spec))
+	}
+	if longest, bounded := c.maxHoldLongest(lv, acquired); bounded {
+		if m := acquired.Add(longest); end.IsZero() || m.Before(end) {
+			end = m
+		}
+	}
+	return end
+}
+
 // checkReleased: a claim is released because its pod finished or is gone
-// (which the workload must have done), or because it lost a hold the grant
-// no longer names. No pre-emption: this run never force-releases, so a lost
-// hold must have ended anyway, its pod finished or gone, or its pod-less
-// hold expired (the grant moved on and the end was not written in time).
+// (which the workload must have done), because a person force-released it,
+// or because it lost a hold the grant no longer names. No pre-emption: a
+// lost hold must have ended anyway.
 func (c *Checker) checkReleased(e Entry, lv *lockView, cv *claimView, from buildlockv1.Phase, now time.Time) {
 	ref := cv.spec.PodRef
 	switch cv.status.Reason {
@@ -568,106 +780,292 @@ func (c *Checker) checkReleased(e Entry, lv *lockView, cv *claimView, from build
 		if ref == nil || !c.ledger.PodGone(cv.lock.Namespace, ref) {
 			c.violate(e, "released-for-a-reason", "%s Released as PodGone but its pod exists (unknown is not dead)", cv.name)
 		}
-	case buildlockv1.ReasonLockLost:
-		switch {
-		case from != buildlockv1.PhaseHeld:
-			c.violate(e, "released-for-a-reason", "%s Released as LockLost from %s; only a holder can lose the lock", cv.name, from)
-		case ref == nil:
-			c.checkExpiryPassed(e, "no-preemption", lv, cv, now)
-		case !c.ledger.PodFinished(cv.lock.Namespace, ref) && !c.ledger.PodGone(cv.lock.Namespace, ref):
-			c.violate(e, "no-preemption", "%s lost the lock (LockLost) while its pod runs", cv.name)
+	case buildlockv1.ReasonForceReleased:
+		if !c.ledger.ForceReleaseRequested(cv.lock.Namespace, cv.name) {
+			c.violate(e, "released-for-a-reason", "%s Released as ForceReleased but nobody force-released it", cv.name)
 		}
+	case buildlockv1.ReasonLockLost:
+		c.checkLockLost(e, lv, cv, from, now)
 	default:
 		c.violate(e, "released-for-a-reason", "%s Released with unknown reason %q", cv.name, cv.status.Reason)
 	}
 }
 
+// checkLockLost: only a holder loses the lock, and only a hold that ended
+// anyway: its pod finished or is gone, it was force-released, or it ran out
+// of time.
+func (c *Checker) checkLockLost(e Entry, lv *lockView, cv *claimView, from buildlockv1.Phase, now time.Time) {
+	ref := cv.spec.PodRef
+	ns := cv.lock.Namespace
+	acquired, granted := c.acquiredAt(lv, cv)
+	shortest, bounded := c.maxHoldShortest(lv, acquired)
+	switch {
+	case from != buildlockv1.PhaseHeld:
+		c.violate(e, "released-for-a-reason", "%s Released as LockLost from %s; only a holder can lose the lock", cv.name, from)
+	case c.ledger.ForceReleaseRequested(ns, cv.name):
+	case granted && bounded && !now.Add(c.o.Tolerance).Before(acquired.Add(shortest)):
+	case ref == nil:
+		c.checkExpiryPassed(e, "no-preemption", lv, cv, now)
+		c.stats.LockLostExpired++
+	case !c.ledger.PodFinished(ns, ref) && !c.ledger.PodGone(ns, ref):
+		c.violate(e, "no-preemption", "%s lost the lock (LockLost) while its pod runs", cv.name)
+	}
+}
+
 // checkDeletion: only the owner (the workload) deletes a claim, or the
-// operator once a terminal claim's finishedAt + TTL has passed.
-func (c *Checker) checkDeletion(e Entry, bl *buildlockv1.BuildLock, now time.Time) {
+// operator once a terminal claim's finishedAt + TTL has passed. A deletion
+// found by a re-list (gap) is also explained when the checker was blind for
+// long enough for the claim to end and its TTL to pass.
+func (c *Checker) checkDeletion(e Entry, bl *buildlockv1.BuildLock, now time.Time, gap bool) {
 	if c.ledger.DeleteRequested(bl.Namespace, bl.Name) {
 		c.stats.OwnerDeletes++
 		return
 	}
 	st := bl.Status
-	if c.ttl > 0 && isTerminal(st.Phase) && st.FinishedAt != nil && !now.Add(c.tolerance).Before(st.FinishedAt.Add(c.ttl)) {
+	late := now.Add(c.o.Tolerance)
+	if c.o.TTL > 0 && isTerminal(st.Phase) && st.FinishedAt != nil && !late.Before(st.FinishedAt.Add(c.o.TTL)) {
 		c.stats.TTLDeletes++
 		return
 	}
-	c.violate(e, "no-lost-claims", "%s (%s) was deleted by neither its owner nor the finished TTL (%s)", bl.Name, phaseOf(st.Phase), c.ttl)
+	if cv := c.claims[bl.UID]; gap && c.o.TTL > 0 && cv != nil && !late.Before(cv.lastSeen.Add(c.o.TTL)) {
+		c.stats.GapDeletes++
+		return
+	}
+	c.violate(e, "no-lost-claims", "%s (%s) was deleted by neither its owner nor the finished TTL (%s)", bl.Name, phaseOf(st.Phase), c.o.TTL)
 }
 
 func holderIdentity(name string, uid types.UID) string { return name + "/" + string(uid) }
-
-// ObserveLease judges one event of a grant Lease (callers pass Leases of the
-// workload's namespaces; others are ignored by name).
-func (c *Checker) ObserveLease(typ watch.EventType, l *coordinationv1.Lease) {
-	if !strings.HasPrefix(l.Name, LeasePrefix) {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	lock := LockKey{l.Namespace, strings.TrimPrefix(l.Name, LeasePrefix)}
-	holder, token := "", int64(0)
-	if l.Spec.HolderIdentity != nil {
-		holder = *l.Spec.HolderIdentity
-	}
-	if l.Spec.LeaseTransitions != nil {
-		token = int64(*l.Spec.LeaseTransitions)
-	}
-	e := c.record(Entry{At: c.now(), Kind: "Lease", Type: typ, Lock: lock, Name: l.Name, UID: l.UID, RV: l.ResourceVersion,
-		What: fmt.Sprintf("holder=%q token=%d", holder, token), token: token, identity: holder})
-	c.stats.LeaseEvents++
-	lv := c.lock(lock)
-	if typ == watch.Deleted {
-		c.violate(e, "grant-record-kept", "the grant Lease %s was deleted: fencing tokens could repeat", l.Name)
-		return
-	}
-	switch {
-	case holder != "" && (!lv.leaseSeen || holder != lv.leaseHolder):
-		if token <= lv.leaseMaxToken {
-			c.violate(e, "fencing-token-increases", "the Lease was granted to %s with token %d, not above the highest so far, %d", holder, token, lv.leaseMaxToken)
-		}
-		var acquired time.Time
-		if l.Spec.AcquireTime != nil {
-			acquired = l.Spec.AcquireTime.Time
-		}
-		lv.grants[holderIdentityToken(holder, token)] = acquired
-		lv.grants[holder] = acquired
-		c.stats.Grants++
-	case holder != "" && token != lv.leaseToken:
-		c.violate(e, "fencing-token-increases", "the Lease kept holder %s but its token changed %d → %d", holder, lv.leaseToken, token)
-	case holder == "" && token < lv.leaseMaxToken:
-		c.violate(e, "fencing-token-increases", "the freed Lease lowered its token floor %d → %d", lv.leaseMaxToken, token)
-	}
-	lv.leaseSeen, lv.leaseHolder, lv.leaseToken = true, holder, token
-	lv.leaseMaxToken = max(lv.leaseMaxToken, token)
-	c.stats.MaxToken = max(c.stats.MaxToken, token)
-}
 
 func holderIdentityToken(identity string, token int64) string {
 	return fmt.Sprintf("%s#%d", identity, token)
 }
 
+// ObserveLease judges one event of a Lease in the workload's namespaces:
+// a grant Lease, or a namespace's token floor (others are ignored).
+func (c *Checker) ObserveLease(typ watch.EventType, l *coordinationv1.Lease) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.observeLease(typ, l)
+}
+
+func (c *Checker) observeLease(typ watch.EventType, l *coordinationv1.Lease) {
+	token := int64(0)
+	if l.Spec.LeaseTransitions != nil {
+		token = int64(*l.Spec.LeaseTransitions)
+	}
+	if l.Name == TokenFloorLease {
+		if typ != watch.Deleted {
+			c.floors[l.Namespace] = max(c.floors[l.Namespace], token)
+		}
+		return
+	}
+	if !strings.HasPrefix(l.Name, LeasePrefix) {
+		return
+	}
+	if c.o.OnLease != nil {
+		c.o.OnLease(typ, l)
+	}
+	lock := LockKey{l.Namespace, strings.TrimPrefix(l.Name, LeasePrefix)}
+	holder := ""
+	if l.Spec.HolderIdentity != nil {
+		holder = *l.Spec.HolderIdentity
+	}
+	e := c.record(Entry{At: c.o.Now(), Kind: "Lease", Type: typ, Lock: lock, Name: l.Name, UID: l.UID, RV: l.ResourceVersion,
+		What: fmt.Sprintf("holder=%q token=%d", holder, token), token: token, identity: holder})
+	c.stats.LeaseEvents++
+	lv := c.lock(lock)
+	if typ == watch.Deleted {
+		c.checkLeaseDeletion(e, lv, l, false)
+		return
+	}
+	switch {
+	case holder != "" && (!lv.leaseSeen || lv.leaseDeleted || holder != lv.leaseHolder):
+		c.noteGrant(e, lv, l, holder, token)
+	case holder != "" && token != lv.leaseToken:
+		c.violate(e, "fencing-token-increases", "the Lease kept holder %s but its token changed %d → %d", holder, lv.leaseToken, token)
+	case holder == "" && token < lv.leaseMaxToken:
+		c.violate(e, "fencing-token-increases", "the freed Lease lowered its token floor %d → %d", lv.leaseMaxToken, token)
+	case holder == "" && typ == Relisted && token > lv.leaseMaxToken:
+		lv.gapTokens = append(lv.gapTokens, [2]int64{lv.leaseMaxToken + 1, token})
+	}
+	c.noteMemory(e, lv, l)
+	lv.leaseSeen, lv.leaseDeleted, lv.leaseHolder, lv.leaseToken = true, false, holder, token
+	lv.lease = l.DeepCopy()
+	lv.leaseMaxToken = max(lv.leaseMaxToken, token)
+	c.stats.MaxToken = max(c.stats.MaxToken, token)
+}
+
+// noteGrant judges and records a Lease that names a new holder: its token
+// must be above every token so far; the grant record remembers the granted
+// build from now on, even if its Held status is never written.
+func (c *Checker) noteGrant(e Entry, lv *lockView, l *coordinationv1.Lease, holder string, token int64) {
+	if token <= lv.leaseMaxToken {
+		c.violate(e, "fencing-token-increases", "the Lease was granted to %s with token %d, not above the highest so far, %d", holder, token, lv.leaseMaxToken)
+	}
+	if e.Type == Relisted && token > lv.leaseMaxToken+1 {
+		lv.gapTokens = append(lv.gapTokens, [2]int64{lv.leaseMaxToken + 1, token - 1})
+	}
+	var acquired time.Time
+	if l.Spec.AcquireTime != nil {
+		acquired = l.Spec.AcquireTime.Time
+	}
+	lv.grants[holderIdentityToken(holder, token)] = acquired
+	lv.grantRVs[holderIdentityToken(holder, token)] = parseRV(l.ResourceVersion)
+	lv.grants[holder] = acquired
+	c.stats.Grants++
+	if _, uid, ok := strings.Cut(holder, "/"); ok {
+		if cv := c.claims[types.UID(uid)]; cv != nil && !acquired.IsZero() {
+			c.rememberHeld(lv, cv, acquired)
+		}
+	}
+}
+
+// checkLeaseDeletion: the operator deletes a grant Lease only when it
+// grants nothing, no claim of the lock exists, and it was not written for
+// the grant retention; and only after the namespace's token floor holds its
+// token, so that no token can ever be issued twice.
+func (c *Checker) checkLeaseDeletion(e Entry, lv *lockView, l *coordinationv1.Lease, gap bool) {
+	c.stats.LeaseDeletes++
+	token := int64(0)
+	if l.Spec.LeaseTransitions != nil {
+		token = int64(*l.Spec.LeaseTransitions)
+	}
+	lastWritten := l.CreationTimestamp.Time
+	if l.Spec.RenewTime != nil {
+		lastWritten = l.Spec.RenewTime.Time
+	}
+	var live []*claimView
+	for _, cv := range c.claims {
+		if cv.lock == e.Lock && !cv.deleted {
+			live = append(live, cv)
+		}
+	}
+	switch now := c.o.Now(); {
+	case l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "":
+		c.violate(e, "grant-record-kept", "the grant Lease %s was deleted while it named %s", l.Name, *l.Spec.HolderIdentity)
+	case c.floors[l.Namespace] < token:
+		c.violate(e, "grant-record-kept", "the grant Lease %s (token %d) was deleted before the token floor of %s held its token (floor %d): tokens could repeat",
+			l.Name, token, l.Namespace, c.floors[l.Namespace])
+	case len(live) > 0 && !gap:
+		// The claims' deletions may still be on their way (two watches):
+		// judged at the end of the run, in etcd's order.
+		lv.deletions = append(lv.deletions, leaseDeletion{e: e, name: l.Name, rv: parseRV(l.ResourceVersion), live: live})
+	case now.Add(c.o.Tolerance).Before(lastWritten.Add(c.o.Retention)):
+		c.violate(e, "grant-record-kept", "the grant Lease %s was deleted %s after its last write, before the grant retention %s",
+			l.Name, now.Sub(lastWritten).Round(time.Millisecond), c.o.Retention)
+	}
+	lv.leaseDeleted, lv.leaseHolder, lv.lease = true, "", nil
+}
+
 // CheckGrantsCoverHolds is run once the watches have caught up: every claim
 // ever shown Held with token t was named by its lock's Lease with token t
-// (the grant is written before the status).
+// (the grant is written before the status), unless the checker's Lease
+// watch was down when that token was issued.
 func (c *Checker) CheckGrantsCoverHolds() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, cv := range c.claims {
 		lv := c.locks[cv.lock]
 		for _, t := range cv.heldTokens {
-			if _, ok := lv.grants[holderIdentityToken(holderIdentity(cv.name, cv.uid), t)]; !ok {
-				e := c.record(Entry{At: c.now(), Kind: "Check", Lock: cv.lock, Name: cv.name, UID: cv.uid, What: "end of run"})
-				c.violate(e, "grant-before-hold", "%s was shown Held with token %d, but the Lease never named it with that token", cv.name, t)
+			if _, ok := lv.grants[holderIdentityToken(holderIdentity(cv.name, cv.uid), t)]; ok {
+				continue
 			}
+			if inGap(lv.gapTokens, t) {
+				c.stats.GapHold++
+				continue
+			}
+			e := c.record(Entry{At: c.o.Now(), Kind: "Check", Lock: cv.lock, Name: cv.name, UID: cv.uid, What: "end of run"})
+			c.violate(e, "grant-before-hold", "%s was shown Held with token %d, but the Lease never named it with that token", cv.name, t)
 		}
 	}
 }
 
+// leaseDeletion is a grant Lease deleted (resourceVersion rv) while the
+// claims live were not seen deleted yet.
+type leaseDeletion struct {
+	e    Entry
+	name string
+	rv   uint64
+	live []*claimView
+}
+
+// CheckLeaseDeletions is run once the watches have caught up: a grant Lease
+// is deleted only when no claim of its lock exists, in etcd's order. A
+// claim deleted at a lower resourceVersion than the Lease (its event came
+// later, on the other watch), created at a higher one, or found gone by a
+// re-list (when is unknown) does not count.
+func (c *Checker) CheckLeaseDeletions() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	keys := make([]LockKey, 0, len(c.locks))
+	for k := range c.locks {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
+	for _, k := range keys {
+		lv := c.locks[k]
+		for _, d := range lv.deletions {
+			var had []string
+			for _, cv := range d.live {
+				if latest := c.claims[cv.uid]; latest != nil {
+					cv = latest // each event makes a new view
+				}
+				gone := cv.deleted && (cv.deletedRV == 0 || cv.deletedRV < d.rv)
+				if !gone && cv.addedRV < d.rv {
+					had = append(had, cv.name)
+				}
+			}
+			if len(had) > 0 {
+				sort.Strings(had)
+				c.violate(d.e, "grant-record-kept", "the grant Lease %s was deleted while its lock had claims (%s)", d.name, strings.Join(had, ", "))
+			}
+		}
+		lv.deletions = nil
+	}
+}
+
+// CheckMemorySupersessions is run once the watches have caught up: a claim
+// superseded by the grant record's line memory must be explained by a hold
+// the checker saw or by a version of the Lease whose memory named a build of
+// its line at or above it.
+func (c *Checker) CheckMemorySupersessions() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	keys := make([]LockKey, 0, len(c.locks))
+	for k := range c.locks {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
+	for _, k := range keys {
+		lv := c.locks[k]
+		for _, p := range lv.memoryPending {
+			c.violate(p.e, "superseded-by-newer", "%s (%s#%d) was superseded by the grant record's memory, but no build of its line at or above it held within %s, and no version of the Lease remembered one",
+				p.cv.name, lineOf(p.cv.spec), p.cv.spec.Build, c.o.Retention)
+		}
+		lv.memoryPending = nil
+	}
+}
+
+// AddViolation records a violation found outside the checker's own rules
+// (the deployer's judgement of admitted writes), at the end of the history.
+func (c *Checker) AddViolation(k LockKey, rule, format string, args ...any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.record(Entry{At: c.o.Now(), Kind: "Check", Lock: k, What: rule})
+	c.violate(e, rule, format, args...)
+}
+
+func inGap(gaps [][2]int64, t int64) bool {
+	for _, g := range gaps {
+		if t >= g[0] && t <= g[1] {
+			return true
+		}
+	}
+	return false
+}
+
 // HoldsBehindTheGrant replays the history in etcd's order (resourceVersions
-// of one etcd are one sequence across kinds, as in envtest) and returns the
+// of one etcd are one sequence across kinds and API servers) and returns the
 // claims that entered Held while their lock's Lease named another holder or
 // token. This is not a violation of the promise: statuses follow the grant,
 // and a write racing a hand-off can show a claim Held for a moment after the
@@ -692,7 +1090,7 @@ func (c *Checker) HoldsBehindTheGrant() (n int, examples []string) {
 		case "BuildLock":
 			prev := phases[e.UID]
 			phases[e.UID] = e.phase
-			if e.Type == watch.Deleted || e.phase != buildlockv1.PhaseHeld || prev == buildlockv1.PhaseHeld {
+			if e.Type == watch.Deleted || e.Type == Relisted || e.phase != buildlockv1.PhaseHeld || prev == buildlockv1.PhaseHeld {
 				continue
 			}
 			if g := leases[e.Lock]; g.identity != e.identity || g.token != e.token {
@@ -719,9 +1117,12 @@ func (c *Checker) Stats() CheckerStats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.stats
-	s.Phases = map[string]int{}
+	s.Phases, s.Relists = map[string]int{}, map[string]int{}
 	for k, v := range c.stats.Phases {
 		s.Phases[k] = v
+	}
+	for k, v := range c.stats.Relists {
+		s.Relists[k] = v
 	}
 	return s
 }
@@ -738,16 +1139,50 @@ func (c *Checker) Claim(ns, name string) (phase buildlockv1.Phase, heldAt time.T
 	return phaseOf(cv.status.Phase), cv.heldAt, !cv.deleted
 }
 
-// Holders returns, per lock, the claims whose latest status is Held.
-func (c *Checker) Holders() map[LockKey][]string {
+// LiveClaims counts the claims of lock k that exist and are not terminal.
+func (c *Checker) LiveClaims(k LockKey) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := map[LockKey][]string{}
-	for k, lv := range c.locks {
-		for uid := range lv.held {
-			out[k] = append(out[k], c.claims[uid].name)
+	n := 0
+	for _, cv := range c.claims {
+		if cv.lock == k && !cv.deleted && !isTerminal(cv.status.Phase) {
+			n++
 		}
 	}
+	return n
+}
+
+// HeldLine is a build of a line that held a lock (the claim Name), and when
+// it was granted.
+type HeldLine struct {
+	Repo, Branch, Name string
+	Build              int64
+	At                 time.Time
+}
+
+// LinesHeld returns, for lock k, the highest build of each line that held
+// it, and when that build was granted.
+func (c *Checker) LinesHeld(k LockKey) []HeldLine {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	lv := c.locks[k]
+	if lv == nil {
+		return nil
+	}
+	var out []HeldLine
+	for l, builds := range lv.lines {
+		if len(builds) == 0 {
+			continue
+		}
+		best := builds[0]
+		for _, b := range builds[1:] {
+			if b.build > best.build {
+				best = b
+			}
+		}
+		out = append(out, HeldLine{Repo: l.repo, Branch: l.branch, Name: best.name, Build: best.build, At: best.at})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Repo+out[i].Branch < out[j].Repo+out[j].Branch })
 	return out
 }
 
@@ -779,104 +1214,4 @@ func (c *Checker) Around(v Violation, before, after int) []Entry {
 		out = append(out, prior[i])
 	}
 	return append(out, later...)
-}
-
-// ---------------------------------------------------------------------------
-// Liveness
-
-// SettleProblems says why one lock is not settled, or nothing when it is. It
-// is a pure function of the lock's claims, its grant Lease (nil if none), the
-// pods of its namespace by name, and now (the workload's clock). A lock is
-// settled when:
-//
-//   - no claim is Pending (every claim was decided);
-//   - every Held or Waiting claim is alive: its pod exists (with the UID of
-//     the reference, if it names one) and has not Succeeded or Failed; a
-//     pod-less claim is alive unless it holds beyond max(acquiredAt,
-//     renewTime) + expiresAfter (a dead build must neither keep nor wait for
-//     the lock);
-//   - at most one claim is Held and the Lease names exactly that claim with
-//     its fencing token; when none is Held the Lease names nobody;
-//   - at most one claim is Waiting, and only behind a holder.
-//
-// So the eligible claims (alive and not terminal) are exactly the holder and
-// at most one waiter. With the checker's rule that a claim is superseded only
-// by one at least as new, and a hand-off to the waiter (TestChaos drains
-// every lock), this is "the newest eligible claim gets the lock, or it is
-// free when none is eligible". No pre-emption: a live holder keeps the lock
-// even when a newer build waits.
-func SettleProblems(claims []buildlockv1.BuildLock, lease *coordinationv1.Lease, pods map[string]*corev1.Pod, now time.Time) []string {
-	var problems []string
-	var held, waiting []*buildlockv1.BuildLock
-	for i := range claims {
-		bl := &claims[i]
-		switch phaseOf(bl.Status.Phase) {
-		case buildlockv1.PhasePending:
-			problems = append(problems, fmt.Sprintf("%s is still Pending", bl.Name))
-			continue
-		case buildlockv1.PhaseHeld:
-			held = append(held, bl)
-		case buildlockv1.PhaseWaiting:
-			waiting = append(waiting, bl)
-		default:
-			continue
-		}
-		if why := notAlive(bl, pods, now); why != "" {
-			problems = append(problems, fmt.Sprintf("%s is %s but %s", bl.Name, phaseOf(bl.Status.Phase), why))
-		}
-	}
-	leaseHolder, leaseToken := "", int64(0)
-	if lease != nil && lease.Spec.HolderIdentity != nil {
-		leaseHolder = *lease.Spec.HolderIdentity
-	}
-	if lease != nil && lease.Spec.LeaseTransitions != nil {
-		leaseToken = int64(*lease.Spec.LeaseTransitions)
-	}
-	switch len(held) {
-	case 0:
-		if leaseHolder != "" {
-			problems = append(problems, fmt.Sprintf("no claim is Held but the Lease names %s", leaseHolder))
-		}
-	case 1:
-		h := held[0]
-		if id := holderIdentity(h.Name, h.UID); leaseHolder != id || leaseToken != h.Status.FencingToken {
-			problems = append(problems, fmt.Sprintf("%s is Held with token %d but the Lease names %q with token %d", h.Name, h.Status.FencingToken, leaseHolder, leaseToken))
-		}
-	default:
-		problems = append(problems, fmt.Sprintf("%d claims are Held", len(held)))
-	}
-	if len(waiting) > 1 {
-		problems = append(problems, fmt.Sprintf("%d claims are Waiting", len(waiting)))
-	}
-	if len(waiting) > 0 && len(held) == 0 {
-		problems = append(problems, fmt.Sprintf("%s is Waiting behind no holder", waiting[0].Name))
-	}
-	return problems
-}
-
-// notAlive says why a Held or Waiting claim's build is over, or "".
-func notAlive(bl *buildlockv1.BuildLock, pods map[string]*corev1.Pod, now time.Time) string {
-	if ref := bl.Spec.PodRef; ref != nil {
-		pod := pods[ref.Name]
-		switch {
-		case pod == nil:
-			return "its pod is gone"
-		case ref.UID != "" && types.UID(ref.UID) != pod.UID:
-			return "its pod was replaced"
-		case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
-			return fmt.Sprintf("its pod %s", pod.Status.Phase)
-		}
-		return ""
-	}
-	if phaseOf(bl.Status.Phase) != buildlockv1.PhaseHeld || bl.Status.AcquiredAt == nil {
-		return ""
-	}
-	from := bl.Status.AcquiredAt.Time
-	if bl.Spec.RenewTime != nil && bl.Spec.RenewTime.After(from) {
-		from = bl.Spec.RenewTime.Time
-	}
-	if expiry := from.Add(expiresAfter(bl.Spec)); !now.Before(expiry) {
-		return fmt.Sprintf("its hold expired at %s", expiry.Format(time.StampMilli))
-	}
-	return ""
 }

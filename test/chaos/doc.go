@@ -1,16 +1,33 @@
 // Package chaos tests the operator's one promise, at most one build holds a
-// lock at any moment and every live newest build eventually gets it, the way
-// coordination systems are tested: a seeded random workload and injected
-// faults (kills, restarts, split brain, a zombie manager, API errors, clock
-// skew) against a real API server, while an independent [Checker] reads the
-// cluster's own history through a watch and judges every event.
+// lock at any moment and every live newest build (or the first in its queue)
+// eventually gets it, the way coordination systems are tested: a seeded
+// random workload and injected faults against a real control plane, while an
+// independent [Checker] reads the cluster's own history through watches and
+// judges every event.
 //
-// The checker (checker.go) imports the API types and the Kubernetes
-// libraries only, never the operator's code: it states the rules again, in
-// its own words, so that a bug in the operator cannot hide in a shared
-// helper. checker_test.go proves that it reports broken histories.
+// The faults: managers killed, restarted, run two at a time, frozen as
+// zombies, fed API errors and skewed clocks; the control plane's own (an API
+// server SIGKILLed and restarted, etcd killed and restarted on its data,
+// compactions that make watches fail with 410 Gone, two API servers on one
+// etcd); and partitions between a manager and its API server (slow,
+// blackholed, healed), with leader election on and off. The workload sends
+// what pipelines and people send: times written by hand, renewals and
+// timestamps far in the future, long hostile force-release reasons, re-runs
+// of a build, late older builds, and policies that choose and change each
+// lock's ordering (NewestWins, Queue, Fifo).
 //
-// TestChaos (chaos_test.go) runs a short version by default (about a minute,
-// part of `make test`); `make chaos DURATION=5m SEED=n` runs longer. See
-// docs/reliability.md for what is run, what is checked, and the figures.
+// The checker (checker.go, ledger.go, orderings.go, relist.go, settle.go)
+// imports the API types and the Kubernetes libraries only, never the
+// operator's code: it states the rules again, in its own words, so that a
+// bug in the operator cannot hide in a shared helper. checker_test.go proves
+// that it reports broken histories; TestCheckerIsIndependent keeps it
+// independent.
+//
+// TestChaos (chaos_test.go) runs a short version by default (about a
+// minute, part of `make test`, with every kind of fault once); `make chaos
+// DURATION=10m SEED=n` runs longer, with 500 concurrent pkg/lock pipelines
+// (load_test.go). TestSoak (`make soak`) runs the workload for a long time
+// against bin/manager as a process and watches its heap, goroutines and
+// connections. See docs/reliability.md for what is run, what is checked,
+// and the figures.
 package chaos

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -159,11 +160,31 @@ func (f *freezer) awake() bool {
 type managerCtl struct {
 	id      int
 	skew    time.Duration
+	server  int      // the API server it talks to
 	zombie  *freezer // nil for a healthy manager
 	started time.Time
 	stop    func() error
-	// writes counts the writes that reached the API server, by kind.
-	writes *counters
+	// writes counts the writes that reached the API server, by kind, and
+	// restartWrites those in the restart check's namespaces.
+	writes, restartWrites *counters
+	// proxy stands between the manager and its API server; partitioned is
+	// set while a partition episode makes it slow or blackholes it, and
+	// episode marks the manager that episode started.
+	proxy       *partitionProxy
+	partitioned atomic.Bool
+	episode     bool
+	// synced is set once its cache synced: later lists are re-lists.
+	synced atomic.Bool
+	// elected is closed when it leads (at once without leader election).
+	elected <-chan struct{}
+}
+
+// wrote counts a write of m that reached the API server.
+func (m *managerCtl) wrote(kind string, obj client.Object) {
+	m.writes.add(kind, 1)
+	if strings.HasPrefix(obj.GetNamespace(), "restart-") {
+		m.restartWrites.add(kind, 1)
+	}
 }
 
 // faultSet gathers what every manager's faults add up to.
@@ -175,15 +196,36 @@ type faultSet struct {
 	// zombie counts the zombie's writes held back while frozen and what the
 	// API server made of them after the thaw, and its frozen decisions.
 	zombie *counters
-	// breakCAS makes grant Lease updates blind: a merge patch without a
-	// resourceVersion, so the last writer wins whatever it read (the
-	// compare-and-swap patched out), to show that the checker notices.
-	breakCAS bool
-	// breakDecide shows the waiting claim Held next to the holder.
-	breakDecide bool
+	// partition counts the partitions and what came of the writes a
+	// partition held back.
+	partition *counters
+	// lists counts the managers' informer lists after their caches synced:
+	// re-lists, after a watch failed with 410 Gone or a reconnection.
+	lists *counters
+	// broken names how the operator is broken on purpose (-chaos.break), to
+	// show that the checker notices; "" for none. See breakNames.
+	broken string
+}
+
+// The ways -chaos.break breaks the operator, through the test's hooks only
+// (nothing in internal/ changes):
+//   - cas: grant Lease updates become blind merge patches, without a
+//     resourceVersion: the last writer wins whatever it read;
+//   - decide: the waiting claim is shown Held next to the holder;
+//   - renew-clock: a renewal counts from the client's renewTime (its
+//     clock), not from when the operator saw it;
+//   - rollback: the grant record forgets the builds of each line that held;
+//   - queue: locks whose policy says Queue are decided as NewestWins.
+var breakNames = []string{"cas", "decide", "renew-clock", "rollback", "queue"}
+
+func validBreak(name string) bool {
+	return name == "" || slices.Contains(breakNames, name)
 }
 
 func resourceOf(obj client.Object) string {
+	if _, isLease := obj.(*coordinationv1.Lease); isLease && obj.GetName() == TokenFloorLease {
+		return "token-floor lease"
+	}
 	t := reflect.TypeOf(obj)
 	if t.Kind() == reflect.Pointer {
 		t = t.Elem()
@@ -192,8 +234,25 @@ func resourceOf(obj client.Object) string {
 }
 
 // write runs one write of manager m through the faults: the zombie's freeze,
-// an injected fault, or the real call; it counts the outcome.
+// an injected fault, or the real call; it counts the outcome, and what came
+// of a write that a partition held back.
 func (fs *faultSet) write(m *managerCtl, verb string, obj client.Object, do func() error) error {
+	if !m.partitioned.Load() {
+		return fs.write1(m, verb, obj, do)
+	}
+	err := fs.write1(m, verb, obj, do)
+	switch {
+	case err == nil:
+		fs.partition.add("writes sent during a partition: accepted", 1)
+	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
+		fs.partition.add("writes sent during a partition: refused (409/404)", 1)
+	default:
+		fs.partition.add("writes sent during a partition: failed otherwise", 1)
+	}
+	return err
+}
+
+func (fs *faultSet) write1(m *managerCtl, verb string, obj client.Object, do func() error) error {
 	kind := verb + " " + resourceOf(obj)
 	if held := m.zombie.wait(freezeAtWrite); held || m.zombie.awake() {
 		// The zombie woke up and writes what it read or decided before it
@@ -207,7 +266,7 @@ func (fs *faultSet) write(m *managerCtl, verb string, obj client.Object, do func
 		switch {
 		case err == nil:
 			fs.zombie.add("accepted after waking (precondition still true)", 1)
-			m.writes.add(kind, 1)
+			m.wrote(kind, obj)
 		case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
 			fs.zombie.add("refused after waking (409/404)", 1)
 			fs.refused.add(kind, 1)
@@ -230,22 +289,22 @@ func (fs *faultSet) write(m *managerCtl, verb string, obj client.Object, do func
 	case faultCommitted:
 		err := do()
 		if err != nil {
-			fs.count(m, kind, err)
+			fs.count(m, kind, obj, err)
 			return err
 		}
-		m.writes.add(kind, 1)
+		m.wrote(kind, obj)
 		fs.plan.injected.add(faultCommitted, 1)
 		return apierrors.NewInternalError(errors.New("injected by the chaos test after the write committed"))
 	}
 	err := do()
-	fs.count(m, kind, err)
+	fs.count(m, kind, obj, err)
 	return err
 }
 
-func (fs *faultSet) count(m *managerCtl, kind string, err error) {
+func (fs *faultSet) count(m *managerCtl, kind string, obj client.Object, err error) {
 	switch {
 	case err == nil:
-		m.writes.add(kind, 1)
+		m.wrote(kind, obj)
 	case apierrors.IsConflict(err):
 		fs.refused.add(kind, 1)
 	}
@@ -261,7 +320,7 @@ func (fs *faultSet) interceptor(m *managerCtl) *interceptor.Funcs {
 			return fs.write(m, "create", obj, func() error { return c.Create(ctx, obj, opts...) })
 		},
 		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
-			if _, isLease := obj.(*coordinationv1.Lease); isLease && fs.breakCAS {
+			if _, isLease := obj.(*coordinationv1.Lease); isLease && fs.broken == "cas" {
 				// BROKEN ON PURPOSE: overwrite the Lease whatever it holds now.
 				obj.SetResourceVersion("")
 				obj.SetManagedFields(nil)
@@ -291,8 +350,26 @@ func (fs *faultSet) decide(m *managerCtl) func(arbiter.Lock, []arbiter.Claim, ar
 		if m.zombie.wait(freezeAtDecide) {
 			fs.zombie.add("decisions held while frozen", 1)
 		}
+		switch fs.broken {
+		case "renew-clock":
+			// BROKEN ON PURPOSE: a renewal counts from the client's clock.
+			claims = slices.Clone(claims)
+			for i := range claims {
+				if c := &claims[i]; !c.RenewTime.IsZero() {
+					c.RenewedAt, c.RenewTime = c.RenewTime, time.Time{}
+				}
+			}
+		case "rollback":
+			// BROKEN ON PURPOSE: the grant record remembers no line.
+			g.Lines = nil
+		case "queue":
+			// BROKEN ON PURPOSE: Queue is ignored.
+			if p.Ordering == arbiter.Queue {
+				p.Ordering = arbiter.NewestWins
+			}
+		}
 		d := arbiter.Decide(l, claims, g, now, p)
-		if fs.breakDecide && d.Holder != "" && d.Waiting != "" {
+		if fs.broken == "decide" && d.Holder != "" && d.Waiting != "" {
 			// BROKEN ON PURPOSE: the waiting claim is shown Held as well.
 			for i := range d.Verdicts {
 				if v := &d.Verdicts[i]; v.Name == d.Waiting {
@@ -307,11 +384,15 @@ func (fs *faultSet) decide(m *managerCtl) func(arbiter.Lock, []arbiter.Claim, ar
 // transport faults the manager's live reads (the uncached reader's GETs of
 // a Lease or a pod, and its field-selected lists of claims), which the
 // interceptor cannot reach: the manager's APIReader is built from the rest
-// config, not from NewClient. Informer lists and watches are left alone.
-func (fs *faultSet) transport(cfg *rest.Config) *rest.Config {
+// config, not from NewClient. Informer lists and watches are left alone,
+// and counted once the cache synced.
+func (fs *faultSet) transport(cfg *rest.Config, m *managerCtl) *rest.Config {
 	cfg = rest.CopyConfig(cfg)
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+			if m.synced.Load() && isInformerList(req) {
+				fs.lists.add("re-lists after the cache synced", 1)
+			}
 			if !isLiveRead(req) || (!fs.plan.podReads && isPodPath(req.URL.Path)) {
 				return rt.RoundTrip(req)
 			}
@@ -332,6 +413,22 @@ func (fs *faultSet) transport(cfg *rest.Config) *rest.Config {
 type roundTripperFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// isInformerList: a list of a whole collection (no field selector: the
+// live reads select by target), or a watch that starts with the current
+// objects (a streaming list).
+func isInformerList(req *http.Request) bool {
+	q := req.URL.Query()
+	if req.Method != http.MethodGet || q.Get("fieldSelector") != "" {
+		return false
+	}
+	if q.Get("watch") != "" {
+		return q.Get("sendInitialEvents") == "true"
+	}
+	parts := strings.Split(strings.Trim(req.URL.Path, "/"), "/")
+	last := parts[len(parts)-1]
+	return last == "buildlocks" || last == "buildlockpolicies" || last == "leases" || last == "pods"
+}
 
 // isLiveRead: a GET of one pod or Lease, or a list with a field selector.
 func isLiveRead(req *http.Request) bool {

@@ -3,6 +3,8 @@ package chaos
 import (
 	"context"
 	"net/http"
+	"os"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,7 +14,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
@@ -34,16 +38,8 @@ func TestHandOffSurvivesAFailedPodRead(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs against a real API server; skipped with -short")
 	}
-	logf.SetLogger(logr.Discard())
-	env, err := testenv.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
+	t.Parallel()
+	cfg := sharedControlPlane(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	c, err := client.New(cfg, client.Options{Scheme: testenv.Scheme()})
@@ -62,7 +58,7 @@ func TestHandOffSurvivesAFailedPodRead(t *testing.T) {
 			return rt.RoundTrip(req)
 		})
 	})
-	mgr, err := testenv.StartManager(ctx, faulty, testenv.ManagerOptions{})
+	mgr, err := testenv.StartManager(ctx, faulty, testenv.ManagerOptions{Namespaces: []string{"podread"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,6 +90,44 @@ func TestHandOffSurvivesAFailedPodRead(t *testing.T) {
 	time.Sleep(2 * time.Second) // the pod event is reconciled, and its read fails
 	failPods.Store(false)
 	waitPhase(t, c, ns, "web-7", buildlockv1.PhaseHeld, 15*time.Second)
+}
+
+// shared is the control plane of the regression tests (not TestChaos's,
+// which has its own): started once, by the first test that needs it, and
+// stopped by TestMain.
+var shared struct {
+	once sync.Once
+	env  *envtest.Environment
+	cfg  *rest.Config
+	err  error
+}
+
+// sharedControlPlane returns a connection to the regression tests' control
+// plane. Each test keeps to its own namespaces, with managers scoped to
+// them.
+func sharedControlPlane(t *testing.T) *rest.Config {
+	t.Helper()
+	shared.once.Do(func() {
+		if shared.env, shared.err = testenv.New(); shared.err == nil {
+			shared.cfg, shared.err = shared.env.Start()
+		}
+	})
+	if shared.err != nil {
+		t.Fatalf("starting the API server (run `make envtest`): %v", shared.err)
+	}
+	return shared.cfg
+}
+
+func TestMain(m *testing.M) {
+	// The managers' logs, and client-go's (leader election, events), would
+	// drown the report; set once, before any test runs.
+	logf.SetLogger(logr.Discard())
+	klog.SetLogger(logr.Discard())
+	code := m.Run()
+	if shared.env != nil {
+		_ = shared.env.Stop()
+	}
+	os.Exit(code)
 }
 
 func isPodPath(path string) bool {

@@ -1,0 +1,574 @@
+package chaos
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/watch"
+
+	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
+)
+
+// This file holds the checker's rules that depend on a lock's policy: its
+// ordering (NewestWins, Queue, Fifo) and its maximum hold, which the checker
+// learns from the BuildLockPolicies it watches, and the rule that holds in
+// every ordering: a line never deploys backwards.
+
+// policyEra is a lock's policy from an instant on.
+type policyEra struct {
+	from     time.Time
+	ordering buildlockv1.Ordering
+	// maxHold bounds every hold (zero: none).
+	maxHold time.Duration
+}
+
+// heldBuild is a build of a line that held a lock.
+type heldBuild struct {
+	build int64
+	at    time.Time // its grant (status.acquiredAt, the granting manager's clock)
+	name  string
+}
+
+// fairLine follows one line's wait in a Queue: it joined at place q with
+// ahead lines queued before it, and others hand-offs went to other lines
+// since.
+type fairLine struct {
+	q      time.Time
+	ahead  int
+	others int
+	name   string
+	// joinRV is the resourceVersion of the status that gave the line its
+	// place: a grant written before it (in the same decision, or an older
+	// one) is not a hand-off the line waited through.
+	joinRV uint64
+}
+
+// ObservePolicy learns a lock's policy from a BuildLockPolicy event (named
+// after its target, in the claims' namespace). Policies of the initial list
+// are in effect from the start.
+func (c *Checker) ObservePolicy(typ watch.EventType, p *buildlockv1.BuildLockPolicy) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.observePolicy(typ, p, false)
+}
+
+func (c *Checker) observePolicy(typ watch.EventType, p *buildlockv1.BuildLockPolicy, initial bool) {
+	now := c.o.Now()
+	lock := LockKey{p.Namespace, p.Name}
+	era := policyEra{from: now, ordering: buildlockv1.OrderingNewestWins, maxHold: c.o.MaxHold}
+	if typ != watch.Deleted {
+		switch o := p.Spec.Ordering; o {
+		case buildlockv1.OrderingQueue, buildlockv1.OrderingFifo:
+			era.ordering = o
+		}
+		if p.Spec.MaxHold != nil {
+			era.maxHold = p.Spec.MaxHold.Duration
+		}
+	}
+	c.record(Entry{At: now, Kind: "Policy", Type: typ, Lock: lock, Name: p.Name, UID: p.UID, RV: p.ResourceVersion,
+		What: fmt.Sprintf("ordering=%s maxHold=%s", era.ordering, era.maxHold)})
+	c.stats.PolicyEvents++
+	lv := c.lock(lock)
+	last := lv.eras[len(lv.eras)-1]
+	if last.ordering == era.ordering && last.maxHold == era.maxHold {
+		return
+	}
+	if initial {
+		era.from = time.Time{}
+		lv.eras = []policyEra{era}
+		return
+	}
+	if last.ordering != era.ordering {
+		c.stats.OrderingChanges++
+		// The queue's history no longer says where a line stands.
+		lv.fair = map[line]*fairLine{}
+	}
+	lv.eras = append(lv.eras, era)
+}
+
+// erasSince returns the eras in effect at some point of [from, now].
+func (lv *lockView) erasSince(from time.Time) []policyEra {
+	i := len(lv.eras) - 1
+	for i > 0 && lv.eras[i].from.After(from) {
+		i--
+	}
+	return lv.eras[i:]
+}
+
+// stableOrdering returns the ordering of lock lv if it was the only one in
+// effect during the policy lag before now: what every manager, however
+// late, decides with.
+func (c *Checker) stableOrdering(lv *lockView, now time.Time) (buildlockv1.Ordering, bool) {
+	eras := lv.erasSince(now.Add(-c.o.PolicyLag))
+	for _, e := range eras[1:] {
+		if e.ordering != eras[0].ordering {
+			return "", false
+		}
+	}
+	return eras[0].ordering, true
+}
+
+// orderingsSince returns the orderings in effect at some point since from,
+// minus the policy lag.
+func (c *Checker) orderingsSince(lv *lockView, from time.Time) map[buildlockv1.Ordering]bool {
+	out := map[buildlockv1.Ordering]bool{}
+	for _, e := range lv.erasSince(from.Add(-c.o.PolicyLag)) {
+		out[e.ordering] = true
+	}
+	return out
+}
+
+// maxHoldShortest is the shortest maximum hold in effect for a hold granted
+// at acquired, from then on; bounded is false when none was.
+func (c *Checker) maxHoldShortest(lv *lockView, acquired time.Time) (d time.Duration, bounded bool) {
+	for _, e := range lv.erasSince(acquired.Add(-c.o.PolicyLag)) {
+		if e.maxHold > 0 && (!bounded || e.maxHold < d) {
+			d, bounded = e.maxHold, true
+		}
+	}
+	return d, bounded
+}
+
+// maxHoldLongest is the longest maximum hold in effect for a hold granted at
+// acquired, from then on; bounded is false when at some point none was.
+func (c *Checker) maxHoldLongest(lv *lockView, acquired time.Time) (d time.Duration, bounded bool) {
+	for _, e := range lv.erasSince(acquired.Add(-c.o.PolicyLag)) {
+		if e.maxHold <= 0 {
+			return 0, false
+		}
+		d = max(d, e.maxHold)
+	}
+	return d, true
+}
+
+// atLeastAsNew reports whether claim a may supersede claim b under
+// NewestWins: a build of the same line with a build number at least b's, or
+// a build of another line that started no earlier than b (by the capped
+// start time).
+func atLeastAsNew(a, b *claimView) bool {
+	if lineOf(a.spec) == lineOf(b.spec) {
+		return a.spec.Build >= b.spec.Build
+	}
+	return !a.orderTime().Before(b.orderTime())
+}
+
+// checkSuperseded: a claim is only ever superseded by a claim of its lock
+// that is at least as new: in every ordering by a build of its line at
+// least as high; across lines only with NewestWins, by a build that started
+// no earlier. A claim superseded by no claim (the grant record's memory)
+// must be at or below a build of its line that held within the retention.
+func (c *Checker) checkSuperseded(e Entry, lv *lockView, cv *claimView, now time.Time) {
+	if cv.status.SupersededBy == "" {
+		if _, ok := c.heldAtOrAbove(lv, cv, now, c.o.Retention+c.o.Tolerance); ok {
+			return
+		}
+		if c.rememberedAtOrAbove(lv, cv, now) {
+			c.stats.MemorySupersessions++
+			return
+		}
+		// The Lease version that explains it may still be on its way.
+		lv.memoryPending = append(lv.memoryPending, memorySupersession{e: e, cv: cv, now: now})
+		return
+	}
+	by := c.claims[c.names[cv.lock.Namespace+"/"+cv.status.SupersededBy]]
+	if by == nil && c.relisting {
+		// The superseding claim may come later in the list.
+		c.deferred = append(c.deferred, func() { c.checkSuperseded(e, lv, cv, now) })
+		return
+	}
+	orderings := c.orderingsSince(lv, now)
+	if by == nil {
+		// Created and gone while the checker's watch was down: judge it
+		// by the spec the workload created it with, what is certain of it.
+		spec, ok := c.ledger.FirstSpec(cv.lock.Namespace, cv.status.SupersededBy)
+		if !ok || spec.Target != cv.lock.Target {
+			c.violate(e, "superseded-by-newer", "%s was superseded by %q, a claim never seen", cv.name, cv.status.SupersededBy)
+			return
+		}
+		c.stats.GapSupersessions++
+		by = &claimView{lock: cv.lock, name: cv.status.SupersededBy, spec: spec, created: cv.created}
+		if lineOf(spec) != lineOf(cv.spec) && orderings[buildlockv1.OrderingNewestWins] {
+			return // its start time is not known
+		}
+	}
+	switch {
+	case by.lock != cv.lock:
+		c.violate(e, "superseded-by-newer", "%s was superseded by %s, a claim of another lock (%s)", cv.name, by.name, by.lock)
+	case lineOf(by.spec) == lineOf(cv.spec) && by.spec.Build < cv.spec.Build:
+		c.violate(e, "superseded-by-newer", "%s (build %d) was superseded by the lower build %d of its line, %s", cv.name, cv.spec.Build, by.spec.Build, by.name)
+	case lineOf(by.spec) != lineOf(cv.spec) && !orderings[buildlockv1.OrderingNewestWins]:
+		c.violate(e, "superseded-by-newer", "%s (%s) was superseded by %s of another line (%s) under the ordering %s, where lines never supersede each other",
+			cv.name, lineOf(cv.spec), by.name, lineOf(by.spec), orderingList(orderings))
+	case lineOf(by.spec) != lineOf(cv.spec) && !atLeastAsNew(by, cv):
+		c.violate(e, "superseded-by-newer", "%s (%s#%d, started %s) was superseded by the older %s (%s#%d, started %s)",
+			cv.name, lineOf(cv.spec), cv.spec.Build, cv.orderTime().Format(time.StampMicro),
+			by.name, lineOf(by.spec), by.spec.Build, by.orderTime().Format(time.StampMicro))
+	}
+}
+
+func orderingList(m map[buildlockv1.Ordering]bool) string {
+	var s []string
+	for _, o := range []buildlockv1.Ordering{buildlockv1.OrderingNewestWins, buildlockv1.OrderingQueue, buildlockv1.OrderingFifo} {
+		if m[o] {
+			s = append(s, string(o))
+		}
+	}
+	return fmt.Sprint(s)
+}
+
+// heldAtOrAbove returns a build of cv's line at or above cv's that held
+// lock lv within the given time before now (cv itself excluded).
+func (c *Checker) heldAtOrAbove(lv *lockView, cv *claimView, now time.Time, within time.Duration) (heldBuild, bool) {
+	for _, b := range lv.lines[lineOf(cv.spec)] {
+		if b.name != cv.name && b.build >= cv.spec.Build && now.Sub(b.at) < within {
+			return b, true
+		}
+	}
+	return heldBuild{}, false
+}
+
+// memorySupersession is a claim superseded by the grant record's memory,
+// with the status event that showed it and when.
+type memorySupersession struct {
+	e   Entry
+	cv  *claimView
+	now time.Time
+}
+
+// rememberedAtOrAbove reports whether some version of lock lv's Lease
+// remembered a build of cv's line at or above cv's that held within the
+// retention before now: what the operator may supersede cv with.
+func (c *Checker) rememberedAtOrAbove(lv *lockView, cv *claimView, now time.Time) bool {
+	for _, b := range lv.memory[lineOf(cv.spec)] {
+		if b.build >= cv.spec.Build && now.Sub(b.at) < c.o.Retention+c.o.Tolerance {
+			return true
+		}
+	}
+	return false
+}
+
+// noteMemory records the line memory of a version of the Lease and settles
+// the supersessions waiting for it. An annotation that does not parse is a
+// violation: the operator writes it, and decides from it.
+func (c *Checker) noteMemory(e Entry, lv *lockView, l *coordinationv1.Lease) {
+	raw, ok := l.Annotations[LinesAnnotation]
+	if !ok {
+		return
+	}
+	var records []struct {
+		Repo   string    `json:"repo"`
+		Branch string    `json:"branch"`
+		Build  int64     `json:"build"`
+		HeldAt time.Time `json:"heldAt"`
+	}
+	if err := json.Unmarshal([]byte(raw), &records); err != nil {
+		c.violate(e, "grant-record", "the Lease's %s annotation does not parse: %v", LinesAnnotation, err)
+		return
+	}
+	for _, r := range records {
+		ln := line{r.Repo, r.Branch}
+		known := false
+		for _, b := range lv.memory[ln] {
+			known = known || (b.build == r.Build && b.at.Equal(r.HeldAt))
+		}
+		if !known {
+			lv.memory[ln] = append(lv.memory[ln], heldBuild{build: r.Build, at: r.HeldAt})
+		}
+	}
+	kept := lv.memoryPending[:0]
+	for _, p := range lv.memoryPending {
+		if c.rememberedAtOrAbove(lv, p.cv, p.now) {
+			c.stats.MemorySupersessions++
+			continue
+		}
+		kept = append(kept, p)
+	}
+	lv.memoryPending = kept
+}
+
+// checkNoRollback: in every ordering, a build is never granted at or below
+// a build of its line that held before, within the grant retention (a
+// re-run of a build that deployed, or an older build arriving late).
+func (c *Checker) checkNoRollback(e Entry, lv *lockView, cv *claimView) {
+	acquired, _ := c.acquiredAt(lv, cv)
+	if acquired.IsZero() {
+		acquired = e.At
+	}
+	l := lineOf(cv.spec)
+	for _, b := range lv.lines[l] {
+		if b.name == cv.name || b.build < cv.spec.Build {
+			continue
+		}
+		// Both grant times are managers' clocks: allow the skew both ways.
+		if acquired.Sub(b.at) < c.o.Retention-2*c.o.Tolerance {
+			c.violate(e, "no-rollback", "%s (build %d of %s) was granted %s after build %d of its line (%s) held: a line never deploys backwards within the retention %s",
+				cv.name, cv.spec.Build, l, acquired.Sub(b.at).Round(time.Millisecond), b.build, b.name, c.o.Retention)
+			break
+		}
+	}
+	c.rememberHeld(lv, cv, acquired)
+}
+
+// rememberHeld records that claim cv's build was granted at acquired (once
+// per claim): by the Lease that names it, or by its Held status.
+func (c *Checker) rememberHeld(lv *lockView, cv *claimView, acquired time.Time) {
+	l := lineOf(cv.spec)
+	kept := lv.lines[l][:0]
+	for _, b := range lv.lines[l] {
+		// Keep what can still matter: the builds held within the retention.
+		if b.name != cv.name && acquired.Sub(b.at) < c.o.Retention+2*c.o.Tolerance {
+			kept = append(kept, b)
+		}
+	}
+	lv.lines[l] = append(kept, heldBuild{build: cv.spec.Build, at: acquired, name: cv.name})
+}
+
+// queuedAt is a claim's place in its lock's queue (zero: none).
+func (v *claimView) queuedAt() time.Time {
+	if v.status.QueuedAt == nil {
+		return time.Time{}
+	}
+	return v.status.QueuedAt.Time
+}
+
+// eligible reports whether claim w, Waiting, could still be granted as far
+// as the checker knows: it exists, its owner did not delete it, nobody
+// force-released it, its pod (if any) runs, and no build of its line at or
+// above it held within the retention.
+func (c *Checker) eligible(lv *lockView, w *claimView, now time.Time) bool {
+	ns := w.lock.Namespace
+	switch {
+	case w.deleted, c.ledger.DeleteRequested(ns, w.name), c.ledger.ForceReleaseRequested(ns, w.name):
+		return false
+	case w.spec.PodRef != nil && (c.ledger.PodFinished(ns, w.spec.PodRef) || c.ledger.PodGone(ns, w.spec.PodRef)):
+		return false
+	}
+	_, behind := c.heldAtOrAbove(lv, w, now, c.o.Retention+2*c.o.Tolerance)
+	return !behind
+}
+
+// waiting returns the claims of lock k whose latest status is Waiting.
+func (c *Checker) waiting(k LockKey) []*claimView {
+	var out []*claimView
+	for _, v := range c.claims {
+		if v.lock == k && !v.deleted && phaseOf(v.status.Phase) == buildlockv1.PhaseWaiting {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// checkQueueOrder: with Queue and Fifo, grants follow the places in the
+// queue (status.queuedAt). A claim granted while a live claim that arrived
+// before it waits with an earlier place jumped the queue (with Queue, the
+// granted claim stands at the earliest place of its line).
+func (c *Checker) checkQueueOrder(e Entry, lv *lockView, g, prev *claimView, now time.Time) {
+	ordering, stable := c.stableOrdering(lv, now)
+	if !stable || (ordering != buildlockv1.OrderingQueue && ordering != buildlockv1.OrderingFifo) || now.Before(lv.unsureUntil) {
+		return
+	}
+	c.stats.QueueGrants++
+	place := c.grantedPlace(g, prev, ordering)
+	waiters := c.waiting(g.lock)
+	for _, w := range waiters {
+		if !c.waitedAhead(lv, w, g, place, ordering, waiters, now) {
+			continue
+		}
+		at := "joined in the granting decision"
+		if !place.IsZero() {
+			at = "place " + place.Format("15:04:05.000000")
+		}
+		c.violate(e, "queue-order", "%s (%s, %s) was granted under %s while %s (%s, place %s) waited ahead of it",
+			g.name, lineOf(g.spec), at, ordering, w.name, lineOf(w.spec), w.queuedAt().Format("15:04:05.000000"))
+		return
+	}
+}
+
+// grantedPlace is the place in the queue of claim g when it was granted:
+// its own if it waited (zero: it joined in the granting decision, at the
+// back); with Queue, the earliest its line had: a claim of its line still
+// Waiting, or one g superseded (written just before its Held status).
+func (c *Checker) grantedPlace(g, prev *claimView, ordering buildlockv1.Ordering) time.Time {
+	var place time.Time
+	if prev != nil && phaseOf(prev.status.Phase) == buildlockv1.PhaseWaiting {
+		place = prev.queuedAt()
+	}
+	if ordering != buildlockv1.OrderingQueue {
+		return place
+	}
+	for _, w := range c.claims {
+		inherited := phaseOf(w.status.Phase) == buildlockv1.PhaseWaiting || w.status.SupersededBy == g.name
+		q := w.queuedAt()
+		if w.lock == g.lock && !w.deleted && inherited && lineOf(w.spec) == lineOf(g.spec) && !q.IsZero() && (place.IsZero() || q.Before(place)) {
+			place = q
+		}
+	}
+	return place
+}
+
+// waitedAhead reports whether waiting claim w should have been granted
+// before g, granted at place: w has an earlier place, arrived before g, could
+// be granted, and (with Queue) is of another line, (with Fifo) is not
+// behind a build of its line that is at least as high.
+func (c *Checker) waitedAhead(lv *lockView, w, g *claimView, place time.Time, ordering buildlockv1.Ordering, waiters []*claimView, now time.Time) bool {
+	q := w.queuedAt()
+	switch {
+	case w.uid == g.uid || q.IsZero() || (!place.IsZero() && !q.Before(place)):
+		return false
+	case ordering == buildlockv1.OrderingQueue && lineOf(w.spec) == lineOf(g.spec):
+		return false
+	case !arrivedBefore(w, g):
+		return false // a decision that had placed neither takes g first
+	case c.grantedBefore(lv, g, w):
+		return false // the grant was written before w existed; its Held status came later
+	case !c.eligible(lv, w, now):
+		return false
+	case ordering == buildlockv1.OrderingFifo && c.higherAhead(waiters, w):
+		return false // w goes behind a build of its line; that one is judged
+	}
+	return true
+}
+
+// grantedBefore reports whether the Lease named g with its token before
+// claim w was created (by resourceVersion: one etcd orders both kinds).
+func (c *Checker) grantedBefore(lv *lockView, g, w *claimView) bool {
+	rv, ok := lv.grantRVs[holderIdentityToken(holderIdentity(g.name, g.uid), g.status.FencingToken)]
+	return ok && w.addedRV > rv
+}
+
+// arrivedBefore reports whether a joins a queue before b when both join in
+// the same decision: the earlier start (the capped timestamp, else the
+// creation), then the earlier creation.
+func arrivedBefore(a, b *claimView) bool {
+	if c := a.orderTime().Compare(b.orderTime()); c != 0 {
+		return c < 0
+	}
+	return a.created.Before(b.created)
+}
+
+func parseRV(rv string) uint64 {
+	n, _ := strconv.ParseUint(rv, 10, 64)
+	return n
+}
+
+// higherAhead reports whether a build of w's line at or above it waits with
+// an earlier place.
+func (c *Checker) higherAhead(waiters []*claimView, w *claimView) bool {
+	for _, o := range waiters {
+		if o != w && lineOf(o.spec) == lineOf(w.spec) && o.spec.Build >= w.spec.Build && o.queuedAt().Before(w.queuedAt()) {
+			return true
+		}
+	}
+	return false
+}
+
+// checkPlaceKept: while a lock's ordering is Queue or Fifo, a waiting
+// claim's place (status.queuedAt) never changes: restarts, split brain and
+// re-lists never reorder the queue.
+func (c *Checker) checkPlaceKept(e Entry, lv *lockView, cv, prev *claimView, now time.Time) {
+	if prev == nil || phaseOf(prev.status.Phase) != buildlockv1.PhaseWaiting || phaseOf(cv.status.Phase) != buildlockv1.PhaseWaiting {
+		return
+	}
+	ordering, stable := c.stableOrdering(lv, now)
+	if !stable || (ordering != buildlockv1.OrderingQueue && ordering != buildlockv1.OrderingFifo) {
+		return
+	}
+	if a, b := prev.queuedAt(), cv.queuedAt(); !a.Equal(b) {
+		c.violate(e, "queue-place-kept", "%s waits under %s and its place moved %s → %s", cv.name, ordering,
+			a.Format("15:04:05.000000"), b.Format("15:04:05.000000"))
+	}
+}
+
+// trackFairness starts following a line that joins a Queue: with k lines
+// queued ahead of it, it must hold after at most k+1 hand-offs, however busy
+// the other lines are.
+func (c *Checker) trackFairness(lv *lockView, cv *claimView, now time.Time) {
+	ordering, stable := c.stableOrdering(lv, now)
+	q := cv.queuedAt()
+	if !stable || ordering != buildlockv1.OrderingQueue || q.IsZero() || now.Before(lv.unsureUntil) {
+		return
+	}
+	l := lineOf(cv.spec)
+	if f := lv.fair[l]; f != nil && f.q.Equal(q) {
+		f.name = cv.name // a newer build of the line, in its place
+		return
+	}
+	// A new place: the line left the queue since (its claim ended) and
+	// joins again at the back.
+	ahead := map[line]bool{}
+	for _, w := range c.waiting(cv.lock) {
+		if wl := lineOf(w.spec); wl != l && !w.queuedAt().IsZero() && w.queuedAt().Before(q) {
+			ahead[wl] = true
+		}
+	}
+	lv.fair[l] = &fairLine{q: q, ahead: len(ahead), name: cv.name, joinRV: parseRV(cv.rv)}
+	c.stats.FairnessTracked++
+}
+
+// countHandOff counts a grant against every line that waits in a Queue:
+// the granted line stops waiting; a line that has seen more hand-offs to
+// others than lines were ahead of it when it joined, and still waits alive,
+// was passed over.
+func (c *Checker) countHandOff(e Entry, lv *lockView, g, prev *claimView, now time.Time) {
+	if len(lv.fair) == 0 {
+		return
+	}
+	if _, stable := c.stableOrdering(lv, now); !stable || now.Before(lv.unsureUntil) {
+		lv.fair = map[line]*fairLine{}
+		return
+	}
+	waiters := c.waiting(g.lock)
+	grantRV := lv.grantRVs[holderIdentityToken(holderIdentity(g.name, g.uid), g.status.FencingToken)]
+	for l, f := range lv.fair {
+		if l == lineOf(g.spec) {
+			delete(lv.fair, l)
+			continue
+		}
+		if grantRV == 0 || grantRV < f.joinRV {
+			continue // granted before the line joined (or the grant is unseen)
+		}
+		still := c.stillWaits(lv, l, waiters, now)
+		if still == nil {
+			delete(lv.fair, l) // it left the queue; a later build joins anew
+			continue
+		}
+		f.ahead = max(f.ahead, f.others+linesAhead(l, f.q, waiters, g, prev))
+		f.others++
+		if f.others > f.ahead {
+			c.violate(e, "queue-fairness", "%s (%s) joined the queue with %d lines ahead and still waits after %d hand-offs to other lines (this one to %s)",
+				still.name, l, f.ahead, f.others, g.name)
+			delete(lv.fair, l)
+		}
+	}
+}
+
+// stillWaits returns the claim of line l that waits and could be granted,
+// or nil.
+func (c *Checker) stillWaits(lv *lockView, l line, waiters []*claimView, now time.Time) *claimView {
+	for _, w := range waiters {
+		if lineOf(w.spec) == l && c.eligible(lv, w, now) {
+			return w
+		}
+	}
+	return nil
+}
+
+// linesAhead counts the other lines than l with a place before q: those
+// waiting, and the one just granted (g, which waited with prev's place).
+// It catches lines ahead that the checker saw Waiting only after l joined
+// (written later in the decision that placed them).
+func linesAhead(l line, q time.Time, waiters []*claimView, g, prev *claimView) int {
+	ahead := map[line]bool{}
+	for _, w := range waiters {
+		if lineOf(w.spec) != l && !w.queuedAt().IsZero() && w.queuedAt().Before(q) {
+			ahead[lineOf(w.spec)] = true
+		}
+	}
+	if lineOf(g.spec) != l && prev != nil && !prev.queuedAt().IsZero() && prev.queuedAt().Before(q) {
+		ahead[lineOf(g.spec)] = true
+	}
+	return len(ahead)
+}
