@@ -94,6 +94,7 @@ var _ = Describe("The enforced lock", Ordered, func() {
 		pipeline          string // the pipeline service account's user name
 		shop, web         *corev1.Pod
 		person            = identity{user: "alice"}
+		operator          *testenv.Manager
 	)
 
 	enforcedCondition := func(g Gomega, ns, name string) *metav1.Condition {
@@ -118,7 +119,7 @@ var _ = Describe("The enforced lock", Ordered, func() {
 		}
 		shop, web = createPod(ci, "shop-41"), createPod(ci, "web-7")
 
-		startScopedManager(testenv.ManagerOptions{}, ci, other)
+		operator = startScopedManager(testenv.ManagerOptions{}, ci, other)
 		policy := &buildlockv1.BuildLockPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ci, Name: target}}
 		policy.Spec.Enforce = &buildlockv1.Enforcement{ServiceAccounts: []string{"pipeline"}}
 		Expect(k8sClient.Create(ctx, policy)).To(Succeed())
@@ -302,5 +303,15 @@ var _ = Describe("The enforced lock", Ordered, func() {
 		setPodPhase(ci, "web-7", corev1.PodSucceeded)
 		expectPhase(ci, "docs-2", buildlockv1.PhaseHeld)
 		Eventually(func() error { return deployWithToken("token-holder") }).WithTimeout(5 * time.Second).Should(Succeed())
+
+		By("the holder whose pod finished is refused after the hand-off")
+		Eventually(func() error {
+			return deploy(identity{user: pipeline, pod: web}, target, fmt.Sprintf("after-pod-end-%d", time.Now().UnixNano()))
+		}).WithTimeout(5 * time.Second).Should(beRefusedWith("held by BuildLock " + ci + "/docs-2 (fencing token 3)"))
+
+		By("with the operator down, the last grant is still enforced: its holder deploys, nobody else does")
+		Expect(operator.Stop()).To(Succeed())
+		Expect(deployWithToken("token-holder-operator-down")).To(Succeed())
+		Expect(deploy(identity{user: pipeline, pod: shop}, target, "other-operator-down")).To(beRefusedWith("held by BuildLock " + ci + "/docs-2"))
 	})
 })

@@ -32,6 +32,13 @@
 //     one claim live first (holderGone): only NotFound, or another UID,
 //     lets it through; a claim never comes back with its UID. On the
 //     hand-off of a deleted holder this is one read by name.
+//   - A hold that ends by expiry rests on the holder's latest renewal,
+//     which a stale claim may lack; the Lease is current, so its
+//     compare-and-swap does not catch that. Such a decision reads the
+//     holder's claim live by name first (expiryStale), and is taken again
+//     on live reads if the cache was behind. The other endings (a deleted
+//     claim, a finished pod, a force-release, the maximum hold counted from
+//     the grant) rest on facts that never go back.
 //   - A decision that starts or ends a hold, or ends a claim, without
 //     changing the grant is guarded by no compare-and-swap on the grant (a
 //     status write is conditional on its claim only): with a stale Lease it
@@ -56,6 +63,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -190,9 +198,8 @@ func (r *LockReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 // compare-and-swap on the Lease the decision was computed from. When the
 // cache was behind the Lease, it decides again on live reads at once (rather
 // than after a requeue, for a hand-off waits; see decideLive) and tries once
-// more. It
-// returns the observation and decision that stand, and the Lease as it is
-// after the write.
+// more. It returns the observation and decision that stand, and the Lease as
+// it is after the write.
 func (r *LockReconciler) applyGrant(ctx context.Context, lock arbiter.Lock, obs observation, d arbiter.Decision, policy lockPolicy, now time.Time) (observation, arbiter.Decision, *coordinationv1.Lease, error) {
 	if !d.GrantChanged {
 		return obs, d, obs.lease, nil
@@ -279,6 +286,13 @@ func (r *LockReconciler) decideConfirmed(ctx context.Context, lock arbiter.Lock,
 		confirm = !gone
 	}
 	if !confirm {
+		stale, err := r.expiryStale(ctx, lock, obs, decision)
+		if err != nil {
+			return obs, decision, err
+		}
+		confirm = stale
+	}
+	if !confirm {
 		return obs, decision, nil
 	}
 	return r.decideLive(ctx, lock, obs, now, policy)
@@ -345,6 +359,38 @@ func (r *LockReconciler) holderGone(ctx context.Context, lock arbiter.Lock, obs 
 		return false, fmt.Errorf("reading BuildLock %s/%s, which the grant of target %q names: %w", lock.Namespace, name, lock.Target, err)
 	}
 	return bl.UID != uid, nil
+}
+
+// expiryStale reports whether the decision ends a hold by expiry
+// (ReasonExpired: a pod-less hold past its expiresAfter since its latest
+// renewal) on a cached claim that is older than the API server's: a renewal
+// the cache has not seen yet moves the hold's end, and neither the grant's
+// compare-and-swap (the Lease is current) nor the claim's conditional status
+// write (it comes after the grant moved) would catch it. It reads each such
+// claim live by name; the other endings rest on what never goes back (a
+// deleted claim, a finished pod, a force-release, the grant's acquire
+// time), so they need no read.
+func (r *LockReconciler) expiryStale(ctx context.Context, lock arbiter.Lock, obs observation, d arbiter.Decision) (bool, error) {
+	for _, v := range d.Verdicts {
+		if v.From != arbiter.Held || v.Phase != arbiter.Expired || v.Reason != arbiter.ReasonExpired {
+			continue
+		}
+		i := slices.IndexFunc(obs.claims, func(bl buildlockv1.BuildLock) bool { return bl.Name == v.Name })
+		if i < 0 {
+			return true, nil
+		}
+		var live buildlockv1.BuildLock
+		err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: lock.Namespace, Name: v.Name}, &live)
+		switch {
+		case apierrors.IsNotFound(err):
+			return true, nil
+		case err != nil:
+			return false, fmt.Errorf("reading BuildLock %s/%s, whose hold expires, live: %w", lock.Namespace, v.Name, err)
+		case live.ResourceVersion != obs.claims[i].ResourceVersion:
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // needsLiveConfirmation reports whether a decision taken on the cache must

@@ -43,8 +43,10 @@ func InstallEnforcement(ctx context.Context, cfg *rest.Config) error {
 		}
 	}
 	// The API server compiles a mutating policy against the CRD's schema
-	// some time after both exist; until then it refuses BuildLocks. Wait
-	// until a dry run of a create is admitted.
+	// some time after both exist; until then it refuses BuildLocks, or
+	// admits them unstamped before the policies are in effect at all, and
+	// the validating policies may take effect first. Wait until a dry run of
+	// a create is admitted with spec.requester stamped.
 	probe := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{
 		"target": "probe", "repo": "buildlock/probe", "branch": "main", "build": int64(1),
 	}}}
@@ -53,7 +55,12 @@ func InstallEnforcement(ctx context.Context, cfg *rest.Config) error {
 	probe.SetNamespace("default")
 	probe.SetName("enforcement-probe")
 	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		return c.Create(ctx, probe.DeepCopy(), client.DryRunAll) == nil, nil
+		admitted := probe.DeepCopy()
+		if err := c.Create(ctx, admitted, client.DryRunAll); err != nil {
+			return false, nil
+		}
+		_, stamped, _ := unstructured.NestedString(admitted.Object, "spec", "requester", "username")
+		return stamped, nil
 	})
 }
 

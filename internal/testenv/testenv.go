@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -92,15 +93,21 @@ func InterceptClient(funcs interceptor.Funcs) client.NewClientFunc {
 // Manager is a running in-process manager.
 type Manager struct {
 	ctrl.Manager
-	cancel context.CancelFunc
-	done   chan error
+	cancel   context.CancelFunc
+	done     chan error
+	stopOnce sync.Once
+	stopErr  error
 }
 
 // Stop cancels the manager abruptly (as a kill would: nothing is released)
-// and waits for it to return.
+// and waits for it to return. Later calls return what the first returned,
+// so a test may stop a manager that a cleanup stops again.
 func (m *Manager) Stop() error {
-	m.cancel()
-	return <-m.done
+	m.stopOnce.Do(func() {
+		m.cancel()
+		m.stopErr = <-m.done
+	})
+	return m.stopErr
 }
 
 // StartManager starts the operator's manager against cfg, with the same

@@ -144,7 +144,11 @@ func TestBench(t *testing.T) {
 		}
 		t0 := time.Now()
 		if err := f(); err != nil {
-			t.Fatalf("%s: %v", name, err)
+			// Go on: a step that fails must not take the other steps'
+			// measurements with it. The report names the failed steps.
+			t.Errorf("%s: %v", name, err)
+			b.res.failed = append(b.res.failed, fmt.Sprintf("%s: %v", name, err))
+			return
 		}
 		t.Logf("%-40s %6.1fs", name, time.Since(t0).Seconds())
 	}

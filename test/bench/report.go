@@ -61,6 +61,17 @@ func ratio(a, b time.Duration) string {
 	return fmt.Sprintf("%.1f×", float64(a)/float64(b))
 }
 
+// verdict is yesNo for a goal judged on samples: "not measured" when any
+// of them is empty (a failed step), since empty samples compare as zero.
+func verdict(ok bool, samples ...[]time.Duration) string {
+	for _, s := range samples {
+		if len(s) == 0 {
+			return "**not measured**"
+		}
+	}
+	return yesNo(ok)
+}
+
 func yesNo(ok bool) string {
 	if ok {
 		return "**met**"
@@ -146,6 +157,17 @@ func report(r *results, plotFile string) string {
 	}
 	p("")
 
+	if len(r.failed) > 0 {
+		p("## Steps that failed")
+		p("")
+		p("These steps failed, and what they measure is missing below (a goal without its measurements reads *not measured*):")
+		p("")
+		for _, f := range r.failed {
+			p("- %s", strings.ReplaceAll(f, "\n", " "))
+		}
+		p("")
+	}
+
 	p("## Goals of issue 16")
 	p("")
 	p("Ratios within this run. A hand-off ends when the waiter learns it holds: from its grant Lease (`holderIdentity` names the")
@@ -165,12 +187,13 @@ func report(r *results, plotFile string) string {
 	delStatus, _ := handoffGoal(r.blDelete.lat)
 	podStatus, _ := handoffGoal(r.blPods.lat)
 	p("| Hand-off p50 ≤ 1.5× the two-hop floor (p50 %s), p99 ≤ 3× (the floor's p99 %s) | grant Lease: claim deleted %s; pod Succeeded %s. Status: claim deleted %s; pod Succeeded %s | %s |",
-		ms(twoHop), ms(twoHop99), delLease, podLease, delStatus, podStatus, yesNo(okDel && okPod))
+		ms(twoHop), ms(twoHop99), delLease, podLease, delStatus, podStatus,
+		verdict(okDel && okPod, r.floors.twoHop, r.blDelete.latLease, r.blPods.latLease))
 	acqLease, acqKept := median(r.acquireBL.latLease), median(r.acquireKept.latLease)
 	p("| Acquire on a free lock p50 ≤ 2× one BuildLock create → watch (%s) | grant Lease: new target %s = %s, target whose Lease is kept %s = %s. Status: new target %s = %s, kept %s = %s | %s |",
 		ms(createFloor), ms(acqLease), ratio(acqLease, createFloor), ms(acqKept), ratio(acqKept, createFloor),
 		ms(median(r.acquireBL.lat)), ratio(median(r.acquireBL.lat), createFloor), ms(median(r.acquireKept.lat)), ratio(median(r.acquireKept.lat), createFloor),
-		yesNo(acqLease <= 2*createFloor))
+		verdict(acqLease <= 2*createFloor, r.floors.create, r.acquireBL.latLease))
 	if bls, cms, ok := r.scaleRows(); ok {
 		blCPU, cmCPU := bls.cpuPerClaim(), cms.cpuPerClaim()
 		blRate, cmRate := float64(bls.claims)/bls.settled.Seconds(), float64(cms.claims)/cms.settled.Seconds()

@@ -17,8 +17,11 @@ import (
 
 // results is everything one run measured.
 type results struct {
-	started                 time.Time
-	commit                  string // of the operator under test, when the run started
+	started time.Time
+	commit  string // of the operator under test, when the run started
+	// failed lists the steps that failed, with their errors: the report
+	// is written anyway, with what the other steps measured.
+	failed                  []string
 	env                     envInfo
 	floor                   []time.Duration
 	floors                  floorRun

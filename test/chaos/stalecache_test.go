@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -117,8 +116,6 @@ func ptrString(s *string) string {
 	return *s
 }
 
-var flagKnownBugs = flag.Bool("chaos.known-bugs", false, "also run the regression tests of operator bugs found by the chaos runs and not fixed yet (they fail until then)")
-
 // TestStaleRenewalKeepsHolder: a manager whose cached claims show the
 // holder without its latest renewal (its claims informer behind its Lease
 // informer) must not expire the hold: the renewal extends it, and the Lease
@@ -126,13 +123,11 @@ var flagKnownBugs = flag.Bool("chaos.known-bugs", false, "also run the regressio
 //
 // Bug 6 of docs/reliability.md, seen in the soak (seed 3220109581): two
 // renewing pod-less holders ended Expired 8–10 s before their earliest
-// expiry. Not fixed yet: run with -chaos.known-bugs.
+// expiry. Fixed in 6820caa: an expiry is confirmed on the holder's claim as
+// the API server has it (expiryStale in internal/controller).
 func TestStaleRenewalKeepsHolder(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs against a real API server; skipped with -short")
-	}
-	if !*flagKnownBugs {
-		t.Skip("a known operator bug not fixed yet (docs/reliability.md, bug 6): run with -chaos.known-bugs")
 	}
 	t.Parallel()
 	cfg := sharedControlPlane(t)
