@@ -717,9 +717,17 @@ func (c *Checker) checkExpiryPassed(e Entry, rule string, lv *lockView, cv *clai
 		c.violate(e, rule, "%s %s but was never granted", cv.name, phaseOf(cv.status.Phase))
 		return
 	}
-	if !cv.expiredBeforeRenewal && now.Add(c.o.Tolerance).Before(expiry) {
+	// A grant's acquiredAt and the decision that ends the hold are judged on
+	// the deciding manager's clock, so one skew counts. A renewal counts
+	// from when a manager recorded it (status.renewedAt, its clock) and the
+	// expiry is decided on another's: two skews, in opposite directions.
+	tolerance := c.o.Tolerance
+	if acquired, _ := c.acquiredAt(lv, cv); cv.renewLow.After(acquired) {
+		tolerance = 2 * c.o.Tolerance
+	}
+	if !cv.expiredBeforeRenewal && now.Add(tolerance).Before(expiry) {
 		c.violate(e, rule, "%s %s (%s) at %s, %s before its expiry %s (tolerance %s)", cv.name, phaseOf(cv.status.Phase), cv.status.Reason,
-			now.Format(time.StampMilli), expiry.Sub(now).Round(time.Millisecond), expiry.Format(time.StampMilli), c.o.Tolerance)
+			now.Format(time.StampMilli), expiry.Sub(now).Round(time.Millisecond), expiry.Format(time.StampMilli), tolerance)
 	}
 }
 
