@@ -402,6 +402,25 @@ func (v *claimView) orderTime() time.Time {
 	return v.spec.Timestamp.Time
 }
 
+// heldUnseen reports whether a claim a re-list found ended (from from to
+// to) held while the watch was down, and records that hold: only a grant
+// gives a claim a fencing token, so it is judged as a hold that ended. The
+// end of the run checks that the Lease named it with that token (or that
+// the token was issued while the Lease watch was down too).
+func (c *Checker) heldUnseen(lv *lockView, cv *claimView, bl *buildlockv1.BuildLock, from, to buildlockv1.Phase) bool {
+	if from == buildlockv1.PhaseHeld || (to != buildlockv1.PhaseReleased && to != buildlockv1.PhaseExpired) ||
+		bl.Status.FencingToken <= 0 || slices.Contains(cv.heldTokens, bl.Status.FencingToken) {
+		return false
+	}
+	cv.heldTokens = append(cv.heldTokens, bl.Status.FencingToken)
+	lv.lastHeldToken = max(lv.lastHeldToken, bl.Status.FencingToken)
+	if at := bl.Status.AcquiredAt; at != nil {
+		c.rememberHeld(lv, cv, at.Time)
+	}
+	c.stats.UnseenHolds++
+	return true
+}
+
 // ObserveClaim judges one BuildLock watch event.
 func (c *Checker) ObserveClaim(typ watch.EventType, bl *buildlockv1.BuildLock) {
 	c.mu.Lock()
@@ -443,19 +462,8 @@ func (c *Checker) observeClaim(typ watch.EventType, bl *buildlockv1.BuildLock) {
 		from = phaseOf(prev.status.Phase)
 	}
 	to := phaseOf(bl.Status.Phase)
-	if typ == Relisted && from != buildlockv1.PhaseHeld && (to == buildlockv1.PhaseReleased || to == buildlockv1.PhaseExpired) &&
-		bl.Status.FencingToken > 0 && !slices.Contains(cv.heldTokens, bl.Status.FencingToken) {
-		// Only a grant gives a claim a fencing token: it held while the
-		// watch was down, and is judged as a hold that ended. The end of
-		// the run checks that the Lease named it with that token (or that
-		// the token was issued while the Lease watch was down too).
+	if typ == Relisted && c.heldUnseen(lv, cv, bl, from, to) {
 		from = buildlockv1.PhaseHeld
-		cv.heldTokens = append(cv.heldTokens, bl.Status.FencingToken)
-		lv.lastHeldToken = max(lv.lastHeldToken, bl.Status.FencingToken)
-		if at := bl.Status.AcquiredAt; at != nil {
-			c.rememberHeld(lv, cv, at.Time)
-		}
-		c.stats.UnseenHolds++
 	}
 
 	if typ == watch.Deleted {

@@ -32,7 +32,7 @@ import (
 
 // The deployer: with the admission policies of config/enforcement installed
 // and one or more chaos targets enforced (a BuildLockPolicy with
-// spec.enforce, the target namespace labelled buildlock.io/locked-by), it
+// spec.enforce, the target namespace labeled buildlock.io/locked-by), it
 // writes into those target namespaces as the pipelines' pods would, through
 // clients impersonating each pod's service-account token (user
 // system:serviceaccount:<ns>:pipeline with the token's pod-name and pod-uid
