@@ -223,6 +223,10 @@ type claimView struct {
 	// addedRV is the resourceVersion the claim was first seen with: no
 	// decision written to the Lease before it can have known the claim.
 	addedRV uint64
+	// placedRV is the resourceVersion of the first status that gave the
+	// claim a place in its lock's queue (status.queuedAt): it joined the
+	// queue there, and a grant written before it cannot have passed it over.
+	placedRV uint64
 	// lastSeen is when the checker last had news of the claim.
 	lastSeen time.Time
 	// heldTokens are the tokens with which the claim was shown Held.
@@ -440,11 +444,14 @@ func (c *Checker) observeClaim(typ watch.EventType, bl *buildlockv1.BuildLock) {
 	cv := &claimView{lock: lock, name: bl.Name, uid: bl.UID, created: bl.CreationTimestamp.Time, rv: bl.ResourceVersion, lastSeen: now}
 	cv.addedRV = parseRV(bl.ResourceVersion)
 	if prev != nil {
-		cv.addedRV = prev.addedRV
+		cv.addedRV, cv.placedRV = prev.addedRV, prev.placedRV
 		cv.heldTokens, cv.heldAt, cv.expiredBeforeRenewal = prev.heldTokens, prev.heldAt, prev.expiredBeforeRenewal
 		cv.renewLow, cv.renewHigh, cv.overrunSince = prev.renewLow, prev.renewHigh, prev.overrunSince
 	}
 	cv.spec, cv.status = *bl.Spec.DeepCopy(), *bl.Status.DeepCopy()
+	if cv.placedRV == 0 && bl.Status.QueuedAt != nil {
+		cv.placedRV = parseRV(bl.ResourceVersion)
+	}
 
 	// Spec: only the workload writes it.
 	sentAt, written := c.ledger.SpecWritten(bl.Namespace, bl.Name, bl.Spec)

@@ -246,6 +246,29 @@ func holdUnderMaxHold(h *history) {
 
 func TestCheckerAccepts(t *testing.T) {
 	cases := map[string]func(h *history){
+		// The short run of seed 1: web's line waits; web's next build
+		// arrives and api's claim too; a manager that has not seen api yet
+		// grants web's build; another manager, whose clock is 2 s behind,
+		// then places api, at a time earlier than web's line's place.
+		"Queue: a grant written before a claim had its place, placed later by a slower clock": func(h *history) {
+			h.setPolicy(buildlockv1.OrderingQueue, 0)
+			h.create("shop", "acme/shop", 41, "pod-shop")
+			h.hold("shop", 1)
+			h.create("web-7", "acme/web", 7, "pod-web-7")
+			h.status("web-7", buildlockv1.PhaseWaiting, buildlockv1.ReasonQueued, 0, "")
+			h.later(time.Second)
+			h.create("api", "acme/api", 3, "pod-api")
+			h.later(200 * time.Millisecond)
+			h.create("web-8", "acme/web", 8, "pod-web-8")
+			h.ledger.PodFinishing(ns, "pod-shop", true)
+			h.grant("web-8", 2)
+			h.status("shop", buildlockv1.PhaseReleased, buildlockv1.ReasonPodFinished, 0, "")
+			h.status("api", buildlockv1.PhaseWaiting, buildlockv1.ReasonQueued, 0, "", func(s *buildlockv1.BuildLockStatus) {
+				s.QueuedAt = &metav1.MicroTime{Time: h.now.Add(-2 * time.Second)}
+			})
+			h.status("web-7", buildlockv1.PhaseSuperseded, buildlockv1.ReasonSupersededByNewerBuild, 0, "web-8")
+			h.status("web-8", buildlockv1.PhaseHeld, buildlockv1.ReasonAcquired, 2, "")
+		},
 		"a correct hand-off, a supersession, deletions by the TTL and the owner, and a freed Lease": func(h *history) {
 			handOff(h)
 			h.create("c", "acme/shop", 40, "pod-c")

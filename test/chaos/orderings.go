@@ -424,6 +424,12 @@ func (c *Checker) waitedAhead(lv *lockView, w, g *claimView, place time.Time, or
 		return false // a decision that had placed neither takes g first
 	case c.grantedBefore(lv, g, w):
 		return false // the grant was written before w existed; its Held status came later
+	case c.grantedBeforePlaced(lv, g, w):
+		// The grant was written while w had no place yet (Pending): the
+		// decision did not know it, or knew it only as a newcomer behind
+		// g's line. Its place, written later by a manager whose clock
+		// may be behind the one that placed g's line, can read earlier.
+		return false
 	case !c.eligible(lv, w, now):
 		return false
 	case ordering == buildlockv1.OrderingFifo && c.higherAhead(waiters, w):
@@ -437,6 +443,13 @@ func (c *Checker) waitedAhead(lv *lockView, w, g *claimView, place time.Time, or
 func (c *Checker) grantedBefore(lv *lockView, g, w *claimView) bool {
 	rv, ok := lv.grantRVs[holderIdentityToken(holderIdentity(g.name, g.uid), g.status.FencingToken)]
 	return ok && w.addedRV > rv
+}
+
+// grantedBeforePlaced reports whether the Lease named g with its token
+// before claim w was given its place in the queue (by resourceVersion).
+func (c *Checker) grantedBeforePlaced(lv *lockView, g, w *claimView) bool {
+	rv, ok := lv.grantRVs[holderIdentityToken(holderIdentity(g.name, g.uid), g.status.FencingToken)]
+	return ok && w.placedRV > rv
 }
 
 // arrivedBefore reports whether a joins a queue before b when both join in
