@@ -406,6 +406,14 @@ func (v *claimView) orderTime() time.Time {
 	return v.spec.Timestamp.Time
 }
 
+// notePlace records the resourceVersion at which the claim was first seen
+// with a place in its lock's queue.
+func (v *claimView) notePlace(bl *buildlockv1.BuildLock) {
+	if v.placedRV == 0 && bl.Status.QueuedAt != nil {
+		v.placedRV = parseRV(bl.ResourceVersion)
+	}
+}
+
 // heldUnseen reports whether a claim a re-list found ended (from from to
 // to) held while the watch was down, and records that hold: only a grant
 // gives a claim a fencing token, so it is judged as a hold that ended. The
@@ -449,9 +457,7 @@ func (c *Checker) observeClaim(typ watch.EventType, bl *buildlockv1.BuildLock) {
 		cv.renewLow, cv.renewHigh, cv.overrunSince = prev.renewLow, prev.renewHigh, prev.overrunSince
 	}
 	cv.spec, cv.status = *bl.Spec.DeepCopy(), *bl.Status.DeepCopy()
-	if cv.placedRV == 0 && bl.Status.QueuedAt != nil {
-		cv.placedRV = parseRV(bl.ResourceVersion)
-	}
+	cv.notePlace(bl)
 
 	// Spec: only the workload writes it.
 	sentAt, written := c.ledger.SpecWritten(bl.Namespace, bl.Name, bl.Spec)
