@@ -103,8 +103,9 @@ func WithRenewInterval(d time.Duration) Option {
 // c needs get, list, create, watch, patch and delete on buildlocks in
 // claim.Namespace, and get, list and watch on leases there (without them
 // Acquire learns of the grant from the status alone), and a scheme that
-// knows buildlock.io/v1alpha1 and coordination.k8s.io/v1 (see NewClient). A pod-less claim is renewed until release is called (or the
-// process ends).
+// knows buildlock.io/v1alpha1 and coordination.k8s.io/v1 (see NewClient).
+// A pod-less claim is renewed until release is called (or the process
+// ends).
 func Acquire(ctx context.Context, c client.WithWatch, claim Claim, opts ...Option) (release func(context.Context) error, token int64, err error) {
 	h, err := AcquireHold(ctx, c, claim, opts...)
 	if err != nil {
