@@ -45,7 +45,10 @@
 //
 // Watching uses client-go's tools/watch (UntilWithSync, as `kubectl wait`
 // does): an informer on the claim's lock that re-lists when its watch falls
-// too far behind, instead of a hand-written watch loop.
+// too far behind, instead of a hand-written watch loop. Acquire also
+// watches the lock's grant Lease (buildlockv1.GrantLeaseName) and holds as
+// soon as it names the claim, one write before the claim's status says
+// Held.
 //
 // Validation uses the API's own values (api/v1alpha1's bounds and
 // patterns), and a test proves that the API server accepts and refuses the
