@@ -1018,6 +1018,17 @@ type leaseDeletion struct {
 	live []*claimView
 }
 
+// sortedLocks lists the locks the checker knows, in a stable order, so that
+// reports read the same from run to run.
+func (c *Checker) sortedLocks() []LockKey {
+	keys := make([]LockKey, 0, len(c.locks))
+	for k := range c.locks {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
+	return keys
+}
+
 // CheckLeaseDeletions is run once the watches have caught up: a grant Lease
 // is deleted only when no claim of its lock exists, in etcd's order. A
 // claim deleted at a lower resourceVersion than the Lease (its event came
@@ -1026,12 +1037,7 @@ type leaseDeletion struct {
 func (c *Checker) CheckLeaseDeletions() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	keys := make([]LockKey, 0, len(c.locks))
-	for k := range c.locks {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
-	for _, k := range keys {
+	for _, k := range c.sortedLocks() {
 		lv := c.locks[k]
 		for _, d := range lv.deletions {
 			var had []string
@@ -1060,12 +1066,7 @@ func (c *Checker) CheckLeaseDeletions() {
 func (c *Checker) CheckMemorySupersessions() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	keys := make([]LockKey, 0, len(c.locks))
-	for k := range c.locks {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
-	for _, k := range keys {
+	for _, k := range c.sortedLocks() {
 		lv := c.locks[k]
 		for _, p := range lv.memoryPending {
 			c.violate(p.e, "superseded-by-newer", "%s (%s#%d) was superseded by the grant record's memory, but no build of its line at or above it held within %s, and no version of the Lease remembered one",

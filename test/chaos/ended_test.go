@@ -37,15 +37,7 @@ import (
 // with the recorded ending dropped (the operator before the fix) end
 // LockLost, which shows that they reach the path the fix changed.
 func TestExpiredHoldEndsExpired(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs against a real API server; skipped with -short")
-	}
-	t.Parallel()
-	cfg := sharedControlPlane(t)
-	c, err := client.New(cfg, client.Options{Scheme: testenv.Scheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, c := regressionTest(t)
 
 	for _, tc := range []struct {
 		name string
@@ -67,10 +59,7 @@ func TestExpiredHoldEndsExpired(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			ns := fmt.Sprintf("ended-%d", time.Now().UnixNano()%1_000_000)
-			if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-				t.Fatal(err)
-			}
+			ns := testNamespace(ctx, t, c, "ended")
 			clock := &warpClock{}
 			var decide func(arbiter.Lock, []arbiter.Claim, arbiter.Grant, time.Time, arbiter.Policy) arbiter.Decision
 			if tc.withoutEnding {

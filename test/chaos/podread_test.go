@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"os"
 	"sync"
@@ -35,17 +36,10 @@ import (
 // hand-off waited for the next unrelated event on the lock, the next
 // finished claim's TTL, or the 10-hour resync (fixed in e1b88e5).
 func TestHandOffSurvivesAFailedPodRead(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs against a real API server; skipped with -short")
-	}
-	t.Parallel()
-	cfg := sharedControlPlane(t)
+	cfg, c := regressionTest(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c, err := client.New(cfg, client.Options{Scheme: testenv.Scheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ns := testNamespace(ctx, t, c, "podread")
 
 	// failPods makes every live GET of a pod fail with a 500 while set.
 	var failPods atomic.Bool
@@ -58,16 +52,12 @@ func TestHandOffSurvivesAFailedPodRead(t *testing.T) {
 			return rt.RoundTrip(req)
 		})
 	})
-	mgr, err := testenv.StartManager(ctx, faulty, testenv.ManagerOptions{Namespaces: []string{"podread"}})
+	mgr, err := testenv.StartManager(ctx, faulty, testenv.ManagerOptions{Namespaces: []string{ns}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = mgr.Stop() }()
 
-	ns := "podread"
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatal(err)
-	}
 	for i, name := range []string{"shop-41", "web-7"} {
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "build", Image: "busybox"}}}}
@@ -116,6 +106,34 @@ func sharedControlPlane(t *testing.T) *rest.Config {
 		t.Fatalf("starting the API server (run `make envtest`): %v", shared.err)
 	}
 	return shared.cfg
+}
+
+// regressionTest begins a regression test on the shared control plane: it
+// is skipped with -short, runs beside the others, and gets an
+// administrator's client.
+func regressionTest(t *testing.T) (*rest.Config, client.Client) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("runs against a real API server; skipped with -short")
+	}
+	t.Parallel()
+	cfg := sharedControlPlane(t)
+	c, err := client.New(cfg, client.Options{Scheme: testenv.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, c
+}
+
+// testNamespace creates a namespace of the test's own: prefix and a
+// number, so that tests and repeated runs (-count) never share one.
+func testNamespace(ctx context.Context, t *testing.T, c client.Client, prefix string) string {
+	t.Helper()
+	ns := fmt.Sprintf("%s-%d", prefix, time.Now().UnixNano()%1_000_000)
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	return ns
 }
 
 func TestMain(m *testing.M) {

@@ -111,12 +111,7 @@ func (c *Checker) RelistLeases(items []coordinationv1.Lease, rv string) {
 		}
 		c.observeLease(Relisted, l)
 	}
-	keys := make([]LockKey, 0, len(c.locks))
-	for k := range c.locks {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
-	for _, k := range keys {
+	for _, k := range c.sortedLocks() {
 		lv := c.locks[k]
 		if !lv.leaseSeen || lv.leaseDeleted || present[k] || lv.lease == nil {
 			continue

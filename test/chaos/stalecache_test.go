@@ -2,13 +2,11 @@ package chaos
 
 import (
 	"context"
-	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -33,21 +31,10 @@ import (
 // the grant off a holder the claims do not show reads that claim live
 // first); it failed before that commit.
 func TestStaleClaimsCacheKeepsHolder(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs against a real API server; skipped with -short")
-	}
-	t.Parallel()
-	cfg := sharedControlPlane(t)
-	c, err := client.New(cfg, client.Options{Scheme: testenv.Scheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, c := regressionTest(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ns := fmt.Sprintf("stale-%d", time.Now().UnixNano()%1_000_000)
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatal(err)
-	}
+	ns := testNamespace(ctx, t, c, "stale")
 
 	// The first manager grants the lock to a pod-less claim with a long
 	// hold, and goes.
@@ -126,21 +113,10 @@ func ptrString(s *string) string {
 // expiry. Fixed in 6820caa: an expiry is confirmed on the holder's claim as
 // the API server has it (expiryStale in internal/controller).
 func TestStaleRenewalKeepsHolder(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs against a real API server; skipped with -short")
-	}
-	t.Parallel()
-	cfg := sharedControlPlane(t)
-	c, err := client.New(cfg, client.Options{Scheme: testenv.Scheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, c := regressionTest(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ns := fmt.Sprintf("renew-%d", time.Now().UnixNano()%1_000_000)
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatal(err)
-	}
+	ns := testNamespace(ctx, t, c, "renew")
 	clock := &warpClock{}
 
 	// The first manager grants a pod-less hold of 10 s, records a renewal
