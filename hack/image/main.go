@@ -27,6 +27,7 @@ package main
 import (
 	"archive/tar"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -88,7 +89,7 @@ func main() {
 	flag.BoolVar(&s.Insecure, "insecure", false, "talk plain HTTP to the base's and -push's registry")
 	flag.StringVar(&out, "out", "", "write the image index as an OCI layout into this directory")
 	flag.StringVar(&push, "push", "", "push the image index to this reference (registry/repository:tag)")
-	flag.BoolVar(&printBuild, "print-build", false, "print the go build command of one platform and exit")
+	flag.BoolVar(&printBuild, "print-build", false, "print the go build command of linux/amd64, as a JSON array, and exit")
 	flag.Parse()
 	s.Platforms = strings.Split(platforms, ",")
 	if err := run(s, out, push, printBuild); err != nil {
@@ -99,8 +100,9 @@ func main() {
 
 func run(s Spec, out, push string, printBuild bool) error {
 	if printBuild {
-		fmt.Println(strings.Join(s.BuildCommand("linux", "amd64", "OUT"), " "))
-		return nil
+		data, err := json.Marshal(s.BuildCommand("linux", "amd64", "OUT"))
+		fmt.Println(string(data))
+		return err
 	}
 	if !strings.HasPrefix(s.Version, "v") {
 		return fmt.Errorf("-version %q must be v and a semantic version, for example v0.2.0", s.Version)
