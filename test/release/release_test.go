@@ -265,7 +265,7 @@ func TestTheSnapshotInstallsWithKrew(t *testing.T) {
 		if file == archive {
 			return hex.EncodeToString(sum[:])
 		}
-		return strings.Repeat("0", 64) // another platform's, not built here
+		return strings.Repeat("ab", 32) // another platform's, not built here (hex with letters: YAML reads digits alone as a number)
 	})
 	if err := os.WriteFile(manifest, rendered, 0o644); err != nil {
 		t.Fatal(err)
