@@ -47,7 +47,7 @@ func (r *collectorRecorder) MustRegister(cs ...prometheus.Collector) {
 }
 
 // servedMetrics are the metric families the operator's manager registers
-// (controller.NewMetrics), labelled ones that have no series yet included.
+// (controller.NewMetrics), with the labeled ones that have no series yet.
 func servedMetrics(t *testing.T) []string {
 	t.Helper()
 	rec := &collectorRecorder{}

@@ -132,10 +132,14 @@ func TestImage(t *testing.T) {
 			"an image without a base has no /usr/share/zoneinfo and no CA bundle")
 	})
 
-	t.Run("a second build of the same commit has the same digest", func(t *testing.T) {
-		again, err := layoutIndex(t, buildImage(t, filepath.Join(t.TempDir(), "again"))).Digest()
-		NewWithT(t).Expect(err).NotTo(HaveOccurred())
-		NewWithT(t).Expect(again).To(Equal(built))
+	t.Run("a second build of the same commit, pushed as the release pushes it, has the same digest", func(t *testing.T) {
+		g := NewWithT(t)
+		again, err := layoutIndex(t, buildImage(t, filepath.Join(t.TempDir(), "again"), "-push", host+"/buildlock:again", "-insecure")).Digest()
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(again).To(Equal(built))
+		desc, err := remote.Head(mustParseReference(t, host+"/buildlock:again"))
+		g.Expect(err).NotTo(HaveOccurred(), "hack/image -push pushed the image")
+		g.Expect(desc.Digest).To(Equal(built))
 	})
 }
 

@@ -45,12 +45,13 @@ var (
 )
 
 // buildImage builds the manager's image into an OCI layout with hack/image
-// (into dir, or a directory of its own once per test binary when dir is "")
-// and returns the layout's directory.
-func buildImage(t *testing.T, dir string) string {
+// (into dir, or a directory of its own once per test binary when dir is
+// ""), with hack/image's extra flags (only with dir), and returns the
+// layout's directory.
+func buildImage(t *testing.T, dir string, extra ...string) string {
 	t.Helper()
 	build := func(out string) error {
-		cmd := exec.Command("go", "run", "./hack/image", "-version", imageVersion, "-revision", imageRevision, "-out", out)
+		cmd := exec.Command("go", append([]string{"run", "./hack/image", "-version", imageVersion, "-revision", imageRevision, "-out", out}, extra...)...)
 		cmd.Dir = repoRoot(t)
 		cmd.Env = append(os.Environ(), "SOURCE_DATE_EPOCH="+imageEpoch)
 		if out, err := cmd.CombinedOutput(); err != nil {

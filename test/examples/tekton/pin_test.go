@@ -2,6 +2,7 @@ package tekton
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,7 +25,8 @@ func pin(t *testing.T, ref, task string) (string, int) {
 	cmd := exec.Command(filepath.Join(root, "hack", "tekton-pin.sh"), ref)
 	cmd.Stdin = strings.NewReader(task)
 	out, err := cmd.Output()
-	if exit, ok := err.(*exec.ExitError); ok {
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
 		return string(out), exit.ExitCode()
 	}
 	if err != nil {
