@@ -21,30 +21,16 @@ func TestHelmInstallOnTheLocalControlPlane(t *testing.T) {
 		t.Skip("starts a control plane; skipped with -short")
 	}
 	h := requireHelm(t)
-	c, err := localcluster.Start(localcluster.Options{}) // as make run starts it
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := c.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
+	c, admin := startClusterWith(t, localcluster.Options{}) // as make run starts it
 	ref, version := pushChart(t, h, startRegistry(t))
 	install := []string{"install", release, ref, "--version", version, "--plain-http", "--namespace", releaseNS,
 		"--create-namespace", "--kubeconfig", c.Kubeconfig, "--set", "enforcement.enabled=true"}
 
 	g := NewWithT(t)
-	_, err = h.try(install...)
+	_, err := h.try(install...)
 	g.Expect(err).To(MatchError(ContainSubstring("invalid ownership metadata")), "helm refuses the CRDs that the local control plane installed")
 	h.run(t, append(install, "--take-ownership")...)
 
-	scheme := c.Env.Scheme
-	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	admin, err := client.New(c.Config, client.Options{Scheme: scheme})
-	g.Expect(err).NotTo(HaveOccurred())
 	for _, crd := range configCRDs(t) {
 		var got apiextensionsv1.CustomResourceDefinition
 		g.Expect(admin.Get(t.Context(), client.ObjectKey{Name: crd.Name}, &got)).To(Succeed())

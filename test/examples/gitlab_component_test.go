@@ -216,18 +216,6 @@ func TestGitLabComponentDeploysEachTargetInTurn(t *testing.T) {
 	}
 }
 
-// TestGitLabComponentSupersededStopsPipeline: a superseded build fails the
-// staging job outright, and production does not run.
-func TestGitLabComponentSupersededStopsPipeline(t *testing.T) {
-	p := gitlabComponentExample(t)
-	s := newStubs(t)
-	run := runGitLab(t, s, p, gitlabPredefined(), []string{"STUB_ACQUIRE=staging=3"})
-	out := run.output.String()
-	assertNothingAfter(t, s.calls(t), out)
-	assertStagingStoppedProduction(t, run.status, out)
-	assertSaysSuperseded(t, out)
-}
-
 // TestGitLabComponentKeepsValuesData: hostile branch names and commit
 // titles stay data through the component's job, and so do the command's own
 // $VARIABLES: GitLab does not expand them into its text, bash expands them
