@@ -2,6 +2,7 @@ package chart
 
 import (
 	"archive/tar"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
@@ -18,7 +19,11 @@ import (
 	. "github.com/onsi/gomega"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
@@ -235,4 +240,101 @@ func withoutPlatformAndOutput(args []string) []string {
 		}
 	}
 	return slices.Clip(out)
+}
+
+// TestPluginImage builds the plugin's image as the release does for the
+// Tekton Task (hack/image -cmd ./cmd/kubectl-buildlock on a base with a
+// shell), on a stand-in base in the in-process registry: the base's layers
+// come first, the labels record the base's digest, the entrypoint is
+// /usr/local/bin/kubectl-buildlock, and it reports the release's version.
+func TestPluginImage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the plugin; skipped with -short")
+	}
+	g := NewWithT(t)
+	host := startRegistry(t)
+	files, err := random.Layer(512, types.DockerLayer)
+	g.Expect(err).NotTo(HaveOccurred())
+	base, err := mutate.AppendLayers(empty.Image, files, mustLayer(t))
+	g.Expect(err).NotTo(HaveOccurred())
+	cf, err := base.ConfigFile()
+	g.Expect(err).NotTo(HaveOccurred())
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture = "linux", "amd64"
+	base, err = mutate.ConfigFile(base, cf)
+	g.Expect(err).NotTo(HaveOccurred())
+	baseRef := mustParseReference(t, host+"/busybox:stand-in")
+	g.Expect(remote.Write(baseRef, base)).To(Succeed())
+	baseDigest, err := base.Digest()
+	g.Expect(err).NotTo(HaveOccurred())
+	baseLayers, err := base.Layers()
+	g.Expect(err).NotTo(HaveOccurred())
+
+	dir := filepath.Join(t.TempDir(), "plugin")
+	cmd := exec.Command("go", "run", "./hack/image", "-cmd", "./cmd/kubectl-buildlock", "-dir", "/usr/local/bin",
+		"-base", baseRef.String(), "-insecure", "-platforms", "linux/amd64", "-title", "kubectl-buildlock",
+		"-version", imageVersion, "-revision", imageRevision, "-out", dir)
+	cmd.Dir = repoRoot(t)
+	out, err := cmd.CombinedOutput()
+	g.Expect(err).NotTo(HaveOccurred(), "%s", out)
+
+	m, err := layoutIndex(t, dir).IndexManifest()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(m.Manifests).To(HaveLen(1))
+	img, err := layoutIndex(t, dir).Image(m.Manifests[0].Digest)
+	g.Expect(err).NotTo(HaveOccurred())
+	cf, err = img.ConfigFile()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(cf.Config.Entrypoint).To(Equal([]string{"/usr/local/bin/kubectl-buildlock"}))
+	g.Expect(cf.Config.User).To(Equal("65532:65532"))
+	g.Expect(cf.Config.Labels).To(And(
+		HaveKeyWithValue("org.opencontainers.image.base.name", baseRef.String()),
+		HaveKeyWithValue("org.opencontainers.image.base.digest", baseDigest.String()),
+		HaveKeyWithValue("org.opencontainers.image.title", "kubectl-buildlock"),
+	))
+	layers, err := img.Layers()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(layers).To(HaveLen(len(baseLayers) + 1))
+	for i, l := range baseLayers {
+		want, _ := l.Digest()
+		got, _ := layers[i].Digest()
+		g.Expect(got).To(Equal(want), "the base's layer %d comes first, unchanged", i)
+	}
+	added := layerFiles(t, layers[len(layers)-1])
+	g.Expect(added).To(HaveKey("usr/local/bin/kubectl-buildlock"))
+	if runtime.GOOS+"/"+runtime.GOARCH != "linux/amd64" {
+		return
+	}
+	bin := filepath.Join(t.TempDir(), "kubectl-buildlock")
+	g.Expect(os.WriteFile(bin, added["usr/local/bin/kubectl-buildlock"], 0o755)).To(Succeed())
+	out, err = exec.Command(bin, "version", "-o", "json").Output()
+	g.Expect(err).NotTo(HaveOccurred())
+	var v struct {
+		Version string `json:"version"`
+	}
+	g.Expect(json.Unmarshal(out, &v)).To(Succeed())
+	g.Expect(v.Version).To(Equal(imageVersion), "the image's plugin reports the release")
+}
+
+// mustLayer is a layer with /bin/sh, standing for a base's shell.
+func mustLayer(t *testing.T) v1.Layer {
+	t.Helper()
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	script := []byte("#!/stand-in\n")
+	if err := tw.WriteHeader(&tar.Header{Name: "bin/sh", Mode: 0o755, Size: int64(len(script)), Typeflag: tar.TypeReg}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tw.Write(script); err != nil {
+		t.Fatal(err)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	data := b.Bytes()
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }
