@@ -1,9 +1,13 @@
 # syntax=docker/dockerfile:1
 # The buildlock manager image: a static Go binary on distroless static:nonroot
 # (no shell, no package manager, uid/gid 65532). Build with `make docker-build`.
+# Releases build the same image without Docker and without a base (hack/image,
+# `make image`): the binary embeds the time-zone database and CA roots.
 #
 # test/chart/dockerfile_test.go builds the manager with this file's `go build`
-# line and checks the result is static, so keep that command on one RUN line.
+# line and checks the result is static, so keep that command on one RUN line;
+# test/chart/image_test.go checks that hack/image builds it the same way, with
+# the same user, entrypoint and labels.
 
 # The builder runs on the build machine's platform and cross-compiles for the
 # target's (docker buildx sets TARGETOS and TARGETARCH).
@@ -26,4 +30,5 @@ FROM gcr.io/distroless/static:nonroot
 WORKDIR /
 COPY --from=builder /out/manager /manager
 USER 65532:65532
+LABEL org.opencontainers.image.title="buildlock" org.opencontainers.image.source="https://github.com/buildlock/buildlock" org.opencontainers.image.licenses="Apache-2.0"
 ENTRYPOINT ["/manager"]

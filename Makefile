@@ -27,8 +27,8 @@ HELM ?= $(LOCALBIN)/helm-$(HELM_VERSION)-release
 GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 PROMTOOL ?= $(LOCALBIN)/promtool-$(PROMETHEUS_VERSION)
 HELM_DOCS ?= $(LOCALBIN)/helm-docs-$(HELM_DOCS_VERSION)
-# krew, and its manifest validator: the release's manifest is checked with
-# them (hack/dist's test, in `make test`).
+# krew, and its manifest validator: the release's krew manifest (.krew.yaml)
+# is checked with them (test/release, in `make test` and `make lint`).
 KREW ?= $(LOCALBIN)/krew-$(KREW_VERSION)
 KREW_VALIDATE ?= $(LOCALBIN)/validate-krew-manifest-$(KREW_VERSION)
 
@@ -104,13 +104,6 @@ build: manifests generate fmt vet ## Build bin/manager and bin/kubectl-buildlock
 # VERSION is the release's: the v* tag git describe finds, else v0.0.0-g<commit>.
 VERSION ?= $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null || echo "v0.0.0-g$$(git describe --always --dirty)")
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct)
-# LICENSE_FILE ships in every archive: krew installs only archives with one.
-LICENSE_FILE ?= LICENSE
-
-.PHONY: dist
-dist: $(KREW_VALIDATE) ## Package the plugin for linux, darwin and windows on amd64 and arm64 into dist/: archives, checksums.txt, krew manifest buildlock.yaml.
-	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) go run ./hack/dist -version $(VERSION) -license $(LICENSE_FILE) -out dist
-	$(KREW_VALIDATE) -manifest dist/buildlock.yaml -skip-install
 
 ##@ Tools
 
@@ -173,4 +166,4 @@ GOBIN=$$tmp go install $(4) $(2)@$(3); \
 mv $$tmp/$$(basename $(2)) $(1); rm -rf $$tmp
 endef
 
-include hack/install.mk hack/chaos.mk hack/bench.mk hack/examples.mk
+include hack/install.mk hack/chaos.mk hack/bench.mk hack/examples.mk hack/release.mk

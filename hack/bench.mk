@@ -22,3 +22,11 @@ bench: envtest ## Benchmark hand-offs, scale, API cost and memory against the pe
 	go test -run '^$$' -bench BenchmarkDecide -benchmem ./internal/arbiter/ | tee $(BENCH_DIR)/decide.txt
 	cd test/bench && go test -tags bench -run '^TestBench$$' -timeout 45m -v . -args \
 		-bench.work=$(BENCH_DIR) -bench.manager=$(BENCH_DIR)/manager -bench.decide=$(BENCH_DIR)/decide.txt $(BENCH_FLAGS)
+
+# The soak's plot (test/bench/soakplot, in this module for its plotting
+# libraries) is tested with `make test`.
+.PHONY: test-soakplot
+test-soakplot: ## Test the soak's plot (test/bench/soakplot) on a small CSV.
+	cd test/bench && go test ./soakplot -count=1
+
+test: test-soakplot

@@ -59,8 +59,10 @@ chaos-broken: envtest ## Run the short chaos test against an operator broken on 
 	done
 
 .PHONY: soak
-soak: envtest ## Run the chaos workload for DURATION (30m) against bin/manager as a process, with control-plane episodes and partitions; sample its heap, goroutines and connections, plot them to docs/soak.svg.
+soak: envtest ## Run the chaos workload for DURATION (30m) against bin/manager as a process, with control-plane episodes and partitions; sample its heap, goroutines and connections, plot them to docs/soak.svg (gonum/plot, test/bench/soakplot).
 	go build -o $(SOAK_MANAGER) ./cmd/manager
 	@echo "soak: DURATION=$(SOAK_DURATION) SEED=$(SEED) manager=$(SOAK_MANAGER)"
 	go test ./test/chaos -run '^TestSoak$$' -count=1 -v -timeout $(CHAOS_TIMEOUT) -chaos.soak=$(SOAK_DURATION) -chaos.seed=$(SEED) \
-		-chaos.soak-manager=$(abspath $(SOAK_MANAGER)) -chaos.soak-svg=$(abspath $(SOAK_SVG)) -chaos.soak-csv=$(abspath $(SOAK_CSV)) $(CHAOS_FLAGS)
+		-chaos.soak-manager=$(abspath $(SOAK_MANAGER)) -chaos.soak-csv=$(abspath $(SOAK_CSV)) $(CHAOS_FLAGS)
+	cd test/bench && go run ./soakplot -csv $(abspath $(SOAK_CSV)) -out $(abspath $(SOAK_SVG)) \
+		-title "bin/manager over a $(SOAK_DURATION) soak (chaos workload, control-plane episodes, partitions)"

@@ -27,8 +27,9 @@ import (
 	"github.com/buildlock/buildlock/pkg/lock"
 )
 
-// version is the plugin's release, set by `make dist` (-X main.version).
-var version = "dev"
+// version is the plugin's release, set by release builds (-X main.version:
+// GoReleaser, hack/image); see currentVersion.
+var version string
 
 func main() {
 	// The plugin reports what matters itself; client-go's logs (a watch
@@ -73,7 +74,7 @@ func newRootCommand(f *factory) *cobra.Command {
 		Use:           "kubectl-buildlock",
 		Short:         "Make pipelines take turns deploying into a target",
 		Long:          rootLong,
-		Version:       version,
+		Version:       currentVersion().Version,
 		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl buildlock"},
 		SilenceErrors: true, SilenceUsage: true,
 	}
@@ -87,6 +88,7 @@ func newRootCommand(f *factory) *cobra.Command {
 		newReleaseCommand(&releaseOptions{f: f}),
 		newStatusCommand(&statusOptions{f: f}),
 		newForceReleaseCommand(&forceReleaseOptions{f: f}),
+		newVersionCommand(&versionOptions{f: f}),
 	)
 	return root
 }

@@ -26,11 +26,17 @@ token, and its queue in order (1 is next). -o json, yaml, jsonpath and go-templa
 print the summaries as a LockStatusList (items: namespace, target, ordering,
 holder, queue, claims); -o name prints the BuildLocks that hold and wait.
 
-Exit codes: 0 shown, 1 error, 2 usage error.`
+--watch (-w) prints them again whenever a claim changes them, until
+interrupted, as kubectl get --watch does.
+
+Exit codes: 0 shown (with --watch: interrupted), 1 error, 2 usage error.`
 
 const statusExample = `  kubectl buildlock status
   kubectl buildlock status -A -o wide
   kubectl buildlock status --target staging -o yaml
+
+  # Follow who holds staging and who waits, until Ctrl-C
+  kubectl buildlock status --target staging --watch
 
   # The fencing token of the holder of staging
   kubectl buildlock status --target staging -o jsonpath='{.items[0].holder.fencingToken}'`
@@ -40,6 +46,7 @@ type statusOptions struct {
 	f             *factory
 	target        string
 	allNamespaces bool
+	watch         bool
 	namespace     string
 	print         *genericclioptions.PrintFlags
 	printer       printers.ResourcePrinter
@@ -51,6 +58,7 @@ func newStatusCommand(o *statusOptions) *cobra.Command {
 	cmd.Args = cobra.NoArgs
 	addTargetFlag(cmd, o.f, &o.target, "Show only this target.")
 	cmd.Flags().BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "Show the locks of every namespace.")
+	cmd.Flags().BoolVarP(&o.watch, "watch", "w", false, "After showing the locks, show them again each time they change, until interrupted.")
 	o.print = genericclioptions.NewPrintFlags("")
 	addOutputFlags(cmd, o.print, "wide")
 	return cmd
@@ -74,10 +82,18 @@ func (o *statusOptions) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if o.watch {
+		return o.runWatch(ctx, c)
+	}
 	locks, err := lock.Status(ctx, c, o.namespace, o.target, lock.WithErrorHandler(warnOnce(o.f.streams.ErrOut)))
 	if err != nil {
 		return err
 	}
+	return o.show(locks)
+}
+
+// show prints locks in the output format asked for.
+func (o *statusOptions) show(locks []lock.Summary) error {
 	out := o.f.streams.Out
 	switch {
 	case *o.print.OutputFormat == "name":

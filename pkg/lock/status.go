@@ -7,7 +7,6 @@ import (
 	"slices"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -72,19 +71,7 @@ func Status(ctx context.Context, c client.Reader, namespace, target string, opts
 	if err != nil {
 		return nil, err
 	}
-	policies, err := readPolicies(ctx, c, namespace, target)
-	if err == nil {
-		return Summarize(claims, policies), nil
-	}
-	if !apierrors.IsForbidden(err) && !apierrors.IsNotFound(err) && !meta.IsNoMatchError(err) {
-		return nil, err
-	}
-	o.onError(fmt.Errorf("%w; the ordering is shown as unknown", err))
-	locks := Summarize(claims, nil)
-	for i := range locks {
-		locks[i].Ordering = ""
-	}
-	return locks, nil
+	return summarizeWithPolicies(ctx, c, namespace, target, claims, o)
 }
 
 // listClaims lists the claims on target in namespace ("" for all

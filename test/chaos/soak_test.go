@@ -30,7 +30,6 @@ import (
 var (
 	flagSoak        = flag.Duration("chaos.soak", 0, "run TestSoak for this long (env SOAK_DURATION; 0 skips it)")
 	flagSoakManager = flag.String("chaos.soak-manager", "", "the manager binary TestSoak runs (`make soak` builds bin/manager)")
-	flagSoakSVG     = flag.String("chaos.soak-svg", "", "write TestSoak's plot of the manager's heap, goroutines and connections to this SVG file")
 	flagSoakCSV     = flag.String("chaos.soak-csv", "", "write TestSoak's samples to this CSV file")
 )
 
@@ -153,11 +152,6 @@ func TestSoak(t *testing.T) {
 	h.figure("soak samples (every %s): %s", interval, flat)
 	if *flagSoakCSV != "" {
 		writeSamplesCSV(t, *flagSoakCSV, samples)
-	}
-	if *flagSoakSVG != "" {
-		if err := os.WriteFile(*flagSoakSVG, []byte(soakSVG(samples, d)), 0o644); err != nil {
-			t.Errorf("writing the plot: %v", err)
-		}
 	}
 }
 
@@ -372,81 +366,4 @@ func writeSamplesCSV(t *testing.T, path string, samples []sample) {
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
 		t.Errorf("writing the samples: %v", err)
 	}
-}
-
-// soakSVG draws the samples as stacked panels (heap and RSS in MiB,
-// goroutines, established connections, objects in the API) against minutes: an SVG written by
-// hand, so that no plotting library enters the module.
-func soakSVG(samples []sample, d time.Duration) string {
-	const width, panelH, left, top, gap = 720.0, 150.0, 60.0, 30.0, 40.0
-	plotW := width - left - 20
-	type series struct {
-		label string
-		color string
-		value func(sample) float64
-	}
-	panels := []struct {
-		title string
-		lines []series
-	}{
-		{"memory (MiB)", []series{{"heap in use", "#1f77b4", func(s sample) float64 { return s.heapMiB }}, {"resident", "#aec7e8", func(s sample) float64 { return s.rssMiB }}}},
-		{"goroutines", []series{{"goroutines", "#2ca02c", func(s sample) float64 { return float64(s.goroutines) }}}},
-		{"established TCP connections", []series{{"connections", "#d62728", func(s sample) float64 { return float64(s.conns) }}}},
-		{"pods, BuildLocks and Leases in the workload's namespaces", []series{{"objects", "#9467bd", func(s sample) float64 { return float64(s.objects) }}}},
-	}
-	height := top + float64(len(panels))*(panelH+gap) + 10
-	var b strings.Builder
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-family="sans-serif" font-size="11">`+"\n", width, height)
-	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/><text x="%.0f" y="18" font-size="13">bin/manager over a %s soak (chaos workload, control-plane episodes, partitions)</text>`+"\n", left, d)
-	minutes := d.Minutes()
-	for i, p := range panels {
-		y0 := top + float64(i)*(panelH+gap)
-		hi := 0.0
-		for _, s := range samples {
-			for _, l := range p.lines {
-				hi = max(hi, l.value(s))
-			}
-		}
-		hi = niceCeil(hi * 1.1)
-		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f">%s</text>`+"\n", left, y0+12, p.title)
-		fmt.Fprintf(&b, `<rect x="%.0f" y="%.0f" width="%.0f" height="%.0f" fill="none" stroke="#999"/>`+"\n", left, y0+18, plotW, panelH-18)
-		for _, frac := range []float64{0, 0.5, 1} {
-			y := y0 + panelH - frac*(panelH-18)
-			fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="end">%g</text>`+"\n", left-4, y+4, frac*hi)
-		}
-		for j, l := range p.lines {
-			var pts []string
-			for _, s := range samples {
-				x := left + plotW*s.at.Minutes()/minutes
-				y := y0 + panelH - (panelH-18)*l.value(s)/hi
-				pts = append(pts, fmt.Sprintf("%.1f,%.1f", x, y))
-			}
-			fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1.5" points="%s"/>`+"\n", l.color, strings.Join(pts, " "))
-			fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" fill="%s">%s</text>`+"\n", left+plotW-150+float64(j)*80, y0+12, l.color, l.label)
-		}
-		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="end">%.0f min</text>`+"\n", left+plotW, y0+panelH+14, minutes)
-		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f">0</text>`+"\n", left, y0+panelH+14)
-	}
-	b.WriteString("</svg>\n")
-	return b.String()
-}
-
-// niceCeil rounds v up to 1, 2 or 5 times a power of ten.
-func niceCeil(v float64) float64 {
-	if v <= 0 {
-		return 1
-	}
-	p := 1.0
-	for p*10 <= v {
-		p *= 10
-	}
-	for p > v {
-		p /= 10
-	}
-	for _, m := range []float64{1, 2, 5, 10} {
-		if m*p >= v {
-			return m * p
-		}
-	}
-	return 10 * p
 }

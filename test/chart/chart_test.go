@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -30,6 +31,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
 	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
 	"github.com/buildlock/buildlock/internal/localcluster"
 )
@@ -44,8 +47,9 @@ const (
 	pipelineSA = "pipeline"
 )
 
-// TestChart installs the chart on a local control plane, runs the manager
-// binary as the chart's ServiceAccount, and drives a hand-off: the chart's
+// TestChart installs the chart from an OCI registry on a local control
+// plane, runs the manager binary as the chart's ServiceAccount, and drives a
+// hand-off: the chart's
 // RBAC is enough. Then it shows that RBAC is not more than enough, and that
 // `helm uninstall` leaves nothing cluster-wide but the CRDs (crds.keep).
 func TestChart(t *testing.T) {
@@ -97,7 +101,28 @@ func TestChart(t *testing.T) {
 		expectRestrictedPod(t, admin, parseObjects(t, h.template(t)))
 	})
 
-	h.run(t, append([]string{"install", release, "charts/buildlock", "--namespace", releaseNS, "--kubeconfig", c.Kubeconfig}, values...)...)
+	// Installed as a user would: the chart from an OCI registry (helm
+	// package and push, then helm install oci://), with the Deployment's
+	// image in the same registry (the image test's build). Nothing runs the
+	// image here (no kubelet): the manager binary below stands for it.
+	registry := startRegistry(t)
+	chartRef, chartVersion := pushChart(t, h, registry)
+	image := pushImage(t, buildImage(t, ""), registry, "buildlock:"+chartField(t, "appVersion"))
+	values = append(values, "--set", "image.repository="+registry+"/buildlock")
+	fromRegistry := []string{chartRef, "--version", chartVersion, "--plain-http"}
+	h.run(t, slices.Concat([]string{"install", release}, fromRegistry, []string{"--namespace", releaseNS, "--kubeconfig", c.Kubeconfig}, values)...)
+
+	t.Run("the Deployment's image is the one in the registry", func(t *testing.T) {
+		g := NewWithT(t)
+		var d appsv1.Deployment
+		g.Expect(admin.Get(ctx, client.ObjectKey{Namespace: releaseNS, Name: "buildlock"}, &d)).To(Succeed())
+		g.Expect(d.Spec.Template.Spec.Containers[0].Image).To(Equal(image.String()))
+		want, err := remote.Head(image)
+		g.Expect(err).NotTo(HaveOccurred())
+		got, err := remote.Head(mustParseReference(t, d.Spec.Template.Spec.Containers[0].Image))
+		g.Expect(err).NotTo(HaveOccurred(), "the Deployment's image resolves in the registry")
+		g.Expect(got.Digest).To(Equal(want.Digest))
+	})
 
 	for _, crd := range configCRDs(t) {
 		g.Eventually(crdEstablished(ctx, admin, crd.Name)).Should(Succeed(), "helm installs the chart's CRDs")
@@ -327,7 +352,7 @@ func TestChart(t *testing.T) {
 	t.Run("with watchNamespaces the manager works on RoleBindings alone", func(t *testing.T) {
 		g := newG(t)
 		values := append(values, "--set", "watchNamespaces={"+pipelineNS+"}")
-		h.run(t, append([]string{"upgrade", release, "charts/buildlock", "--namespace", releaseNS, "--kubeconfig", c.Kubeconfig}, values...)...)
+		h.run(t, slices.Concat([]string{"upgrade", release}, fromRegistry, []string{"--namespace", releaseNS, "--kubeconfig", c.Kubeconfig}, values)...)
 		g.Expect(admin.Get(ctx, client.ObjectKey{Name: "buildlock-manager"}, &rbacv1.ClusterRoleBinding{})).
 			To(WithTransform(apierrors.IsNotFound, BeTrue()), "no ClusterRoleBinding when namespaces are watched")
 		for _, a := range []authorizationv1.ResourceAttributes{

@@ -167,7 +167,13 @@ func readYAML(t *testing.T, rel string, out any) {
 // returns it with an administrator's client.
 func startCluster(t *testing.T) (*localcluster.Cluster, client.Client) {
 	t.Helper()
-	c, err := localcluster.Start(localcluster.Options{WithoutCRDs: true})
+	return startClusterWith(t, localcluster.Options{WithoutCRDs: true})
+}
+
+// startClusterWith starts a local control plane with o, as startCluster.
+func startClusterWith(t *testing.T, o localcluster.Options) (*localcluster.Cluster, client.Client) {
+	t.Helper()
+	c, err := localcluster.Start(o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,16 +33,16 @@ import (
 var gitlabKeywords = []string{"stages", "variables", "default", "include", "workflow", "image", "services", "cache", "before_script", "after_script"}
 
 type gitlabJob struct {
-	Stage        string            `json:"stage,omitempty"`
-	Image        string            `json:"image,omitempty"`
-	Environment  any               `json:"environment,omitempty"`
-	Variables    map[string]string `json:"variables,omitempty"`
-	Needs        []string          `json:"needs,omitempty"`
-	BeforeScript []string          `json:"before_script,omitempty"`
-	Script       []string          `json:"script"`
-	AfterScript  []string          `json:"after_script,omitempty"`
-	AllowFailure any               `json:"allow_failure,omitempty"`
-	When         string            `json:"when,omitempty"`
+	Stage        string         `json:"stage,omitempty"`
+	Image        string         `json:"image,omitempty"`
+	Environment  any            `json:"environment,omitempty"`
+	Variables    map[string]any `json:"variables,omitempty"` // a value, or {value, expand}
+	Needs        []string       `json:"needs,omitempty"`
+	BeforeScript []string       `json:"before_script,omitempty"`
+	Script       []string       `json:"script"`
+	AfterScript  []string       `json:"after_script,omitempty"`
+	AllowFailure any            `json:"allow_failure,omitempty"`
+	When         string         `json:"when,omitempty"`
 }
 
 type gitlabPipeline struct {
@@ -56,6 +56,17 @@ func loadGitLab(t *testing.T, rel string) gitlabPipeline {
 	t.Helper()
 	var top map[string]any
 	readYAML(t, rel, &top)
+	top, err := gitlabInclude(t, top)
+	if err != nil {
+		t.Fatalf("%s: %v", rel, err)
+	}
+	return gitlabPipelineOf(t, rel, top)
+}
+
+// gitlabPipelineOf is the pipeline of a configuration whose includes are
+// resolved.
+func gitlabPipelineOf(t *testing.T, rel string, top map[string]any) gitlabPipeline {
+	t.Helper()
 	p := gitlabPipeline{stages: []string{"build", "test", "deploy"}, variables: map[string]string{}, jobs: map[string]gitlabJob{}}
 	if s, ok := top["stages"]; ok {
 		p.stages = nil
@@ -261,10 +272,11 @@ func runGitLabJob(t *testing.T, s *stubs, p gitlabPipeline, name string, predefi
 		vars[k] = v
 	}
 	vars["CI_JOB_NAME"] = name
-	for _, layer := range []map[string]string{p.variables, job.Variables} {
-		for k, v := range layer {
-			vars[k] = gitlabExpand(v, vars)
-		}
+	for k, v := range p.variables {
+		vars[k] = gitlabExpand(v, vars)
+	}
+	for k, v := range job.Variables {
+		vars[k] = gitlabVariable(t, v, vars)
 	}
 	jobEnv := append([]string{}, env...)
 	for k, v := range vars {

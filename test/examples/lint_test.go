@@ -3,6 +3,7 @@ package examples
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"regexp"
@@ -112,9 +113,12 @@ func tektonScripts(t *testing.T) []embeddedScript {
 // falls back to sh in images without bash.
 func gitlabScripts(t *testing.T) []embeddedScript {
 	t.Helper()
-	p := gitlabExample(t)
 	var out []embeddedScript
-	for name, job := range p.jobs {
+	jobs := maps.Clone(gitlabExample(t).jobs)
+	for name, job := range gitlabComponentExample(t).jobs {
+		jobs["component "+name] = job
+	}
+	for name, job := range jobs {
 		out = append(out, embeddedScript{
 			where:   "GitLab job " + name,
 			dialect: "sh",

@@ -64,15 +64,18 @@ func TestTektonSupersededStopsPipeline(t *testing.T) {
 
 // TestGitLabSupersededStopsPipeline: staging's claim is superseded, so the
 // staging job must fail (an allowed failure would let production run) and
-// production must not run.
+// production must not run; with a job of one's own and with the component.
 func TestGitLabSupersededStopsPipeline(t *testing.T) {
-	p := gitlabExample(t)
-	s := newStubs(t)
-	run := runGitLab(t, s, p, gitlabPredefined(), []string{"STUB_ACQUIRE=staging=3"})
-	out := run.output.String()
-	assertNothingAfter(t, s.calls(t), out)
-	assertStagingStoppedProduction(t, run.status, out)
-	assertSaysSuperseded(t, out)
+	for name, example := range map[string]func(*testing.T) gitlabPipeline{"job": gitlabExample, "component": gitlabComponentExample} {
+		t.Run(name, func(t *testing.T) {
+			s := newStubs(t)
+			run := runGitLab(t, s, example(t), gitlabPredefined(), []string{"STUB_ACQUIRE=staging=3"})
+			out := run.output.String()
+			assertNothingAfter(t, s.calls(t), out)
+			assertStagingStoppedProduction(t, run.status, out)
+			assertSaysSuperseded(t, out)
+		})
+	}
 }
 
 // TestGitHubSupersededStopsWorkflow: staging's claim is superseded, so the
