@@ -34,6 +34,25 @@ func (d *decider) message(i int, grant Grant) string {
 		return w.done(".")
 	case ReasonSupersededByNewerBuild, ReasonDuplicateBuild:
 		return d.supersededMessage(i)
+	case ReasonLineOwnedByOther:
+		r := d.byMemory[i]
+		return fmt.Sprintf("%s will not deploy: its line belongs to %s, which held %s with build %d at %s, and this "+
+			"claim was created by %s. A line belongs to the service account that holds it, until %s; claim it as "+
+			"that service account, or have a person claim it.", capitalized(build(c)), printable(r.Owner), target,
+			r.Build, stamp(r.HeldAt), printable(c.Identity), stamp(r.HeldAt.Add(d.lineMemory())))
+	case ReasonBuildJumpTooLarge:
+		r := d.byMemory[i]
+		return fmt.Sprintf("%s is more than %d above build %d of its line, which held %s at %s: it will not deploy. "+
+			"Until %s a build of the line may go at most %d higher (the operator's --max-build-jump); give it a "+
+			"lower build number, or have a person claim it.", capitalized(build(c)), d.maxBuildJump(), r.Build, target,
+			stamp(r.HeldAt), stamp(r.HeldAt.Add(d.lineMemory())), d.maxBuildJump())
+	case ReasonDeleted:
+		if d.wasHolding(i) {
+			return fmt.Sprintf("The BuildLock of %s was deleted (a finalizer still keeps it); its hold on %s "+
+				"ends: stop deploying.", build(c), target)
+		}
+		return fmt.Sprintf("The BuildLock of %s was deleted (a finalizer still keeps it); it leaves the queue for %s.",
+			build(c), target)
 	case ReasonPodFinished, ReasonPodGone:
 		what := "finished"
 		if v.Reason == ReasonPodGone {
@@ -53,6 +72,12 @@ func (d *decider) message(i int, grant Grant) string {
 		return fmt.Sprintf("The grant record of %s no longer names %s; stop deploying, and create a new "+
 			"BuildLock to claim %s again.", target, build(c), target)
 	case ReasonExpired:
+		if d.renewedInThePast(i) {
+			return fmt.Sprintf("%s was renewed with spec.renewTime %s, which is more than its expiresAfter of %s "+
+				"before the operator saw the renewal (at %s): a renewal counts from its time at the latest, so its "+
+				"hold on %s expired at %s; stop deploying. Renew with the current time (is the client's clock behind?).",
+				capitalized(build(c)), stamp(c.RenewTime), expiresAfter(c), stamp(d.now), target, stamp(d.endedAt(i)))
+		}
 		return fmt.Sprintf("%s was not renewed in time: its hold on %s expired at %s; stop deploying.",
 			capitalized(build(c)), target, stamp(d.endedAt(i)))
 	case ReasonMaxHoldExceeded:
@@ -157,6 +182,24 @@ func (d *decider) endedAt(i int) time.Time {
 	}
 	deadline, _ := holdDeadline(d.claims[i], d.grant.AcquiredAt, d.now, d.policy.MaxHold)
 	return deadline
+}
+
+// renewedInThePast reports whether claim i's hold expires in this decision
+// by a renewal the operator sees now for the first time (not recorded yet),
+// stamped so long ago that, counted from its stamp, it ended the hold
+// already: the client renewed, with a time in the past.
+func (d *decider) renewedInThePast(i int) bool {
+	c, r := d.claims[i], d.claims[i].RenewTime
+	return !d.endedByRecord[i] && c.Pod == NoPod && !r.IsZero() && !r.After(d.now) &&
+		!r.Before(c.RenewedAt) && !r.Before(d.grant.AcquiredAt)
+}
+
+// lineMemory is Policy.LineMemory, or its default.
+func (d *decider) lineMemory() time.Duration {
+	if d.policy.LineMemory <= 0 {
+		return DefaultLineMemory
+	}
+	return d.policy.LineMemory
 }
 
 // maxHoldWarning is the Warning on a hold past 80 % of its maximum hold.
