@@ -72,14 +72,7 @@ func (d *decider) message(i int, grant Grant) string {
 		return fmt.Sprintf("The grant record of %s no longer names %s; stop deploying, and create a new "+
 			"BuildLock to claim %s again.", target, build(c), target)
 	case ReasonExpired:
-		if d.renewedInThePast(i) {
-			return fmt.Sprintf("%s was renewed with spec.renewTime %s, which is more than its expiresAfter of %s "+
-				"before the operator saw the renewal (at %s): a renewal counts from its time at the latest, so its "+
-				"hold on %s expired at %s; stop deploying. Renew with the current time (is the client's clock behind?).",
-				capitalized(build(c)), stamp(c.RenewTime), expiresAfter(c), stamp(d.now), target, stamp(d.endedAt(i)))
-		}
-		return fmt.Sprintf("%s was not renewed in time: its hold on %s expired at %s; stop deploying.",
-			capitalized(build(c)), target, stamp(d.endedAt(i)))
+		return d.expiredMessage(i)
 	case ReasonMaxHoldExceeded:
 		return fmt.Sprintf("%s held %s for its maximum hold, until %s; stop deploying.",
 			capitalized(build(c)), target, stamp(d.endedAt(i)))
@@ -184,14 +177,40 @@ func (d *decider) endedAt(i int) time.Time {
 	return deadline
 }
 
-// renewedInThePast reports whether claim i's hold expires in this decision
-// by a renewal the operator sees now for the first time (not recorded yet),
-// stamped so long ago that, counted from its stamp, it ended the hold
-// already: the client renewed, with a time in the past.
-func (d *decider) renewedInThePast(i int) bool {
-	c, r := d.claims[i], d.claims[i].RenewTime
-	return !d.endedByRecord[i] && c.Pod == NoPod && !r.IsZero() && !r.After(d.now) &&
-		!r.Before(c.RenewedAt) && !r.Before(d.grant.AcquiredAt)
+// expiredMessage says why claim i's pod-less hold expired, true to its
+// renewals: none; one the operator sees only now, stamped more than
+// expiresAfter earlier, which counted from its stamp ended the hold
+// already; renewals stamped before the hold began, which extended
+// nothing; or a last renewal that kept the hold until it expired. A renewal
+// counts from its stamp at the latest, so a client whose clock is behind
+// renews less than it thinks.
+func (d *decider) expiredMessage(i int) string {
+	c, target, end := d.claims[i], d.lock.Target, stamp(d.endedAt(i))
+	last := c.RenewedAt
+	if unrecorded := c.RenewTime; !unrecorded.IsZero() && !unrecorded.Before(last) {
+		last = unrecorded
+	}
+	acquiredAt := d.grant.AcquiredAt
+	if d.endedByRecord[i] {
+		acquiredAt = c.AcquiredAt
+	}
+	switch r := c.RenewTime; {
+	case last.IsZero():
+		return fmt.Sprintf("%s was not renewed in time: its hold on %s expired at %s; stop deploying.",
+			capitalized(build(c)), target, end)
+	case !d.endedByRecord[i] && r.Equal(last) && !r.After(d.now) && !r.Before(acquiredAt):
+		return fmt.Sprintf("%s was renewed with spec.renewTime %s, which is more than its expiresAfter of %s "+
+			"before the operator saw the renewal (at %s): a renewal counts from its time at the latest, so its "+
+			"hold on %s expired at %s; stop deploying. Renew with the current time (is the client's clock behind?).",
+			capitalized(build(c)), stamp(r), expiresAfter(c), stamp(d.now), target, end)
+	case !acquiredAt.IsZero() && last.Before(acquiredAt):
+		return fmt.Sprintf("%s was last renewed with spec.renewTime %s, before its hold on %s began (at %s): a "+
+			"renewal counts from its time at the latest, so none extended the hold, which expired at %s; stop "+
+			"deploying. Renew with the current time (is the client's clock behind?).",
+			capitalized(build(c)), stamp(last), target, stamp(acquiredAt), end)
+	}
+	return fmt.Sprintf("%s was not renewed in time: its last renewal, stamped %s, kept its hold on %s until %s; "+
+		"stop deploying.", capitalized(build(c)), stamp(last), target, end)
 }
 
 // lineMemory is Policy.LineMemory, or its default.

@@ -272,11 +272,32 @@ func TestARenewalStampedInThePastSaysSo(t *testing.T) {
 	if short(v) != "Expired Expired" || v.Message != want {
 		t.Errorf("got %s %q\nwant %q", short(v), v.Message, want)
 	}
-	// Not renewed at all, or the renewal recorded before: the old words.
-	for _, c := range []Claim{podless(held(web5, 7), 10*time.Minute), renewedAt(podless(held(web5, 7), 10*time.Minute), 35)} {
-		if v := verdictOf(Decide(staging, []Claim{c}, webHolds, at(60), Policy{}), "web-5"); !strings.Contains(v.Message, "was not renewed in time") {
-			t.Errorf("%q", v.Message)
-		}
+	for name, tc := range map[string]struct {
+		claim Claim
+		want  string
+	}{
+		"never renewed": {
+			claim: podless(held(web5, 7), 10*time.Minute),
+			want:  "Build 5 of acme/web@main was not renewed in time: its hold on staging expired at 2026-03-02T09:40:00Z; stop deploying.",
+		},
+		"renewed, then not again": {
+			claim: renewedAt(podless(held(web5, 7), 10*time.Minute), 35),
+			want: "Build 5 of acme/web@main was not renewed in time: its last renewal, stamped 2026-03-02T09:35:00Z, kept its " +
+				"hold on staging until 2026-03-02T09:45:00Z; stop deploying.",
+		},
+		"renewed with times before the hold began": {
+			claim: renewedAt(podless(held(web5, 7), 10*time.Minute), 25),
+			want: "Build 5 of acme/web@main was last renewed with spec.renewTime 2026-03-02T09:25:00Z, before its hold on " +
+				"staging began (at 2026-03-02T09:30:00Z): a renewal counts from its time at the latest, so none extended " +
+				"the hold, which expired at 2026-03-02T09:40:00Z; stop deploying. Renew with the current time (is the " +
+				"client's clock behind?).",
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if v := verdictOf(Decide(staging, []Claim{tc.claim}, webHolds, at(60), Policy{}), "web-5"); v.Message != tc.want {
+				t.Errorf("message %q\nwant %q", v.Message, tc.want)
+			}
+		})
 	}
 }
 
