@@ -596,8 +596,11 @@ func (d *decider) queued(i int) bool {
 
 // decision assembles the Decision once every claim has its phase.
 func (d *decider) decision() Decision {
-	out := Decision{Grant: d.grant, Queued: len(d.queue), Repair: d.repair}
 	floor := d.grant.Floor
+	if d.repair == "" && !d.grant.Absent && d.liveHolder == d.granted && d.forgets() {
+		d.repair = RepairLines
+	}
+	out := Decision{Grant: d.grant, Queued: len(d.queue), Repair: d.repair}
 	switch {
 	case d.liveHolder != none:
 		// The holder stays: the grant is left exactly as it is, unless rule
@@ -624,6 +627,10 @@ func (d *decider) decision() Decision {
 			out.Grant = Grant{Token: d.maxToken(), Lines: lines, Floor: floor}
 			out.GrantChanged, out.Repair = true, RepairRecreated
 		}
+	case d.repair == RepairLines:
+		// A free record that forgot builds the claims show held.
+		out.Grant.Lines, out.Grant.Token = d.recordLine(nil), d.maxToken()
+		out.GrantChanged = true
 	}
 	if h := d.holder(); h != none {
 		out.Holder = d.claims[h].Name

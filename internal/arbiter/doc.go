@@ -151,7 +151,9 @@
 //     Writer is its holder's (RepairWriter). A restored record keeps in
 //     Lines every build the claims show held; an absent record with nobody
 //     holding is written again when there is such a build to remember
-//     (RepairRecreated). A record that names another claim with a token
+//     (RepairRecreated), and a record whose Lines lack one that a claim
+//     other than its holder shows held (and that the budgets have room
+//     for) gets it back (RepairLines). A record that names another claim with a token
 //     above the holder's cannot be told from a hand-off made by another
 //     manager, and stands (the holder shown is then LockLost, rule 1): only
 //     admission can keep people from writing that.

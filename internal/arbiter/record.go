@@ -22,6 +22,9 @@ const (
 	// RepairWriter: the record's Writer is not the one its holder's spec
 	// implies.
 	RepairWriter = "Writer"
+	// RepairLines: the record's Lines lack a build the claims show held
+	// (that the memory's budgets have room for).
+	RepairLines = "Lines"
 )
 
 // names reports whether the record names claim c as its holder.
@@ -169,6 +172,35 @@ func (d *decider) rememberedLines() map[line]*LineRecord {
 // remembers reports whether record r still counts at now.
 func (d *decider) remembers(r LineRecord) bool {
 	return d.now.Before(r.HeldAt.Add(d.lineMemory()))
+}
+
+// forgets reports whether the record's Lines lack a build that a claim
+// other than the holder shows held, and that they would remember if
+// written again (recordLine): the record lost it (it was edited, or did
+// not parse). The holder's own build is the record's already: its line is
+// written when its hold ends.
+func (d *decider) forgets() bool {
+	kept := map[line]int64{}
+	for _, r := range d.grant.Lines {
+		if d.remembers(r) {
+			kept[line{r.Repo, r.Branch}] = max(kept[line{r.Repo, r.Branch}], r.Build)
+		}
+	}
+	shown := map[line]int64{}
+	for i, c := range d.claims {
+		if i != d.granted && c.FencingToken > 0 && !c.AcquiredAt.IsZero() && d.now.Before(c.AcquiredAt.Add(d.lineMemory())) {
+			shown[lineOf(*c)] = max(shown[lineOf(*c)], c.Build)
+		}
+	}
+	if len(shown) == 0 {
+		return false
+	}
+	for _, r := range d.recordLine(nil) {
+		if b := shown[line{r.Repo, r.Branch}]; b > 0 && b == r.Build && kept[line{r.Repo, r.Branch}] < b {
+			return true
+		}
+	}
+	return false
 }
 
 // recordLine returns the grant record's line records after granting c (nil

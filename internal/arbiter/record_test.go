@@ -74,7 +74,8 @@ func TestALostOrEditedRecordIsRestored(t *testing.T) {
 			holder: "shop-42", grantChanged: true, token: 8,
 		},
 		"a record naming a later grant stands, and the holder shown is lost": {
-			claims: []Claim{holder, waiter}, grant: Grant{Holder: "shop-42", HolderUID: "uid-shop-42", Token: 8, AcquiredAt: at(55), Writer: waiter.Writer},
+			claims: []Claim{holder, waiter}, grant: Grant{Holder: "shop-42", HolderUID: "uid-shop-42", Token: 8, AcquiredAt: at(55), Writer: waiter.Writer,
+				Lines: []LineRecord{{Repo: "acme/web", Branch: "main", Build: 5, HeldAt: at(30)}}},
 			want:   map[string]string{"web-5": "Released LockLost", "shop-42": "Held Acquired"},
 			holder: "shop-42", token: 8,
 		},
@@ -122,6 +123,35 @@ func TestARestoredRecordIsTheHoldsOwn(t *testing.T) {
 			again := Decide(staging, d.Apply([]Claim{holder, gone, shop42}), d.Grant, at(60), Policy{})
 			if again.GrantChanged || again.Repair != "" {
 				t.Errorf("the restored record is restored again: %s", again)
+			}
+		})
+	}
+}
+
+func TestAnEditedLineMemoryIsRestoredFromTheClaims(t *testing.T) {
+	// The record's line memory was removed by hand (or no longer parsed);
+	// a claim that held is still there.
+	before := inPhase(heldSince(claim("shop-10", shop, 10, 5), 3, 10), Released)
+	shopLine := LineRecord{Repo: "acme/shop", Branch: "main", Build: 10, HeldAt: at(10)}
+	for name, tc := range map[string]struct {
+		claims []Claim
+		grant  Grant
+		want   []LineRecord
+	}{
+		"a free record": {claims: []Claim{before}, grant: Grant{Token: 4}, want: []LineRecord{shopLine}},
+		"a holder's record": {
+			claims: []Claim{before, heldSince(web5, 4, 30)},
+			grant:  Grant{Holder: "web-5", HolderUID: "uid-web-5", Token: 4, AcquiredAt: at(30)},
+			want:   []LineRecord{shopLine, {Repo: "acme/web", Branch: "main", Build: 5, HeldAt: at(30)}},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			d := Decide(staging, tc.claims, tc.grant, at(60), Policy{})
+			if !d.GrantChanged || d.Repair != RepairLines || !(Grant{Lines: tc.want}).Equal(Grant{Lines: d.Grant.Lines}) || d.Grant.Token != 4 {
+				t.Errorf("the memory is not restored: %s", d)
+			}
+			if again := Decide(staging, d.Apply(tc.claims), d.Grant, at(60), Policy{}); again.GrantChanged {
+				t.Errorf("restored again: %s", again)
 			}
 		})
 	}

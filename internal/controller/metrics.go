@@ -71,7 +71,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		grantRepairs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "buildlock_grant_repairs_total",
-			Help: "Grant records restored from the claims after someone else deleted or edited them, by what was restored (Recreated, Holder, Token, Writer).",
+			Help: "Grant records restored from the claims after someone else deleted or edited them, by what was restored (Recreated, Holder, Token, Writer, Lines).",
 		}, []string{"repair"}),
 		supersessions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "buildlock_supersessions_total", Help: "Claims superseded, by reason.",
