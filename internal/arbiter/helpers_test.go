@@ -571,7 +571,8 @@ func checkSupersessions(in input, d Decision, fail func(string, ...any)) {
 		switch {
 		case v.Reason == ReasonLineOwnedByOther || v.Reason == ReasonBuildJumpTooLarge:
 			h := inputs[d.Holder]
-			if v.SupersededBy != "" || (!refuses(r, owner) && !(newHold && lineOf(h) == lineOf(c) && refuses(h.Build, h.Identity))) {
+			byNewHold := newHold && lineOf(h) == lineOf(c) && refuses(h.Build, h.Identity)
+			if v.SupersededBy != "" || (!refuses(r, owner) && !byNewHold) {
 				fail("%s: build %d of %q refused (%s); the memory has build %d of %q", c.Name, c.Build, c.Identity, v.Reason, r, owner)
 			}
 		case v.SupersededBy == "":
