@@ -186,10 +186,13 @@ func (d *decider) forgets() bool {
 			kept[line{r.Repo, r.Branch}] = max(kept[line{r.Repo, r.Branch}], r.Build)
 		}
 	}
+	// The builds the claims show held that the record lacks: usually none,
+	// and then the memory need not be built again to know.
 	shown := map[line]int64{}
 	for i, c := range d.claims {
-		if i != d.granted && c.FencingToken > 0 && !c.AcquiredAt.IsZero() && d.now.Before(c.AcquiredAt.Add(d.lineMemory())) {
-			shown[lineOf(*c)] = max(shown[lineOf(*c)], c.Build)
+		if l := lineOf(*c); i != d.granted && c.FencingToken > 0 && !c.AcquiredAt.IsZero() &&
+			d.now.Before(c.AcquiredAt.Add(d.lineMemory())) && c.Build > kept[l] {
+			shown[l] = max(shown[l], c.Build)
 		}
 	}
 	if len(shown) == 0 {
