@@ -121,12 +121,12 @@ var _ = Describe("Ordinary and hostile inputs", func() {
 			timestamp: time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)})
 		evil := expectPhase(ns, "evil-1", buildlockv1.PhaseWaiting)
 
-		// A build created in a later second, by a client whose clock runs 4
-		// seconds ahead (within the allowance): its timestamp is later than
+		// A build created in a later second, by a client whose clock runs a
+		// second less than the allowance ahead: its timestamp is later than
 		// what the claim from year 9999 is capped to.
 		next := evil.CreationTimestamp.Add(time.Second + 100*time.Millisecond)
 		time.Sleep(time.Until(next))
-		createClaim(ns, "web-7", claimOpts{repo: "acme/web", build: 7, pod: "web-7", timestamp: time.Now().Add(4 * time.Second)})
+		createClaim(ns, "web-7", claimOpts{repo: "acme/web", build: 7, pod: "web-7", timestamp: time.Now().Add(buildlockv1.MaxTimestampSkew - time.Second)})
 		expectPhase(ns, "web-7", buildlockv1.PhaseWaiting)
 		got := expectPhase(ns, "evil-1", buildlockv1.PhaseSuperseded)
 		Expect(got.Status.SupersededBy).To(Equal("web-7"))
