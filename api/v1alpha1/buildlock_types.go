@@ -21,11 +21,13 @@ const (
 	// PhaseHeld means this claim holds the lock; its build may deploy. Can transition
 	// to Released or Expired.
 	PhaseHeld Phase = "Held"
-	// PhaseSuperseded means a newer build made this claim obsolete; its build should
-	// stop without deploying. Terminal.
+	// PhaseSuperseded means a newer build made this claim obsolete, or its
+	// build may not deploy on its line (reasons LineOwnedByOther,
+	// BuildJumpTooLarge); its build should stop without deploying. Terminal.
 	PhaseSuperseded Phase = "Superseded"
 	// PhaseReleased means the claim ended because its pod finished or disappeared,
-	// or a person force-released it. Terminal.
+	// a person force-released it, or it was deleted while a finalizer kept
+	// it. Terminal.
 	PhaseReleased Phase = "Released"
 	// PhaseExpired means a pod-less holder was not renewed within expiresAfter,
 	// or a holder exceeded its maximum hold (the operator's --max-hold, or
@@ -47,6 +49,13 @@ const ConditionAcquired = "Acquired"
 const (
 	// ReasonPending means the operator has not arbitrated this claim yet.
 	ReasonPending = "Pending"
+	// ReasonForeignLease keeps a claim Pending while its lock's grant Lease
+	// name (buildlock-<target>) is taken by a Lease that buildlock did not
+	// create (it carries no app.kubernetes.io/managed-by=buildlock label and
+	// no buildlock.io/ label or annotation): the operator never takes such a
+	// Lease over. The claim proceeds once that Lease is deleted; the
+	// operator looks again every minute.
+	ReasonForeignLease = "ForeignLease"
 	// ReasonAcquired means the claim holds the lock.
 	ReasonAcquired = "Acquired"
 	// ReasonWaitingForHolder means the claim has the waiting slot (ordering
@@ -63,6 +72,21 @@ const (
 	// ReasonDuplicateBuild means another claim for the same repository, branch and
 	// build number was there first, or that build already held the lock.
 	ReasonDuplicateBuild = "DuplicateBuild"
+	// ReasonLineOwnedByOther (phase Superseded) means the claim's line
+	// (repository and branch) belongs to another service account: the
+	// verified requester (spec.requester) of the line's latest build that
+	// held the lock within the grant retention. A service account's claim
+	// of a line another service account holds never deploys, whatever its
+	// build; a person's claim may (and frees the line). Only with the
+	// enforcement policies installed, which stamp spec.requester.
+	ReasonLineOwnedByOther = "LineOwnedByOther"
+	// ReasonBuildJumpTooLarge (phase Superseded) means the claim's build is
+	// more than the operator's --max-build-jump (default
+	// DefaultMaxBuildJump) above the highest build of its line that held
+	// the lock within the grant retention. It bounds how far a claim can
+	// push a line's "never backwards" memory. People's claims (a verified
+	// requester that is not a service account) are exempt.
+	ReasonBuildJumpTooLarge = "BuildJumpTooLarge"
 	// ReasonPodFinished means the claim's pod reached Succeeded or Failed.
 	ReasonPodFinished = "PodFinished"
 	// ReasonPodGone means the claim's pod does not exist, or has another UID.
@@ -71,7 +95,9 @@ const (
 	// was shown as holding, and records no other ending for it (the grant was
 	// changed outside this claim's life).
 	ReasonLockLost = "LockLost"
-	// ReasonExpired means a pod-less holder was not renewed in time.
+	// ReasonExpired means a pod-less holder was not renewed in time, or
+	// was renewed with a spec.renewTime so far in the past that, counted
+	// from it, the hold had ended already (the message says which).
 	ReasonExpired = "Expired"
 	// ReasonMaxHoldExceeded means a holder held longer than its maximum hold
 	// (the BuildLockPolicy's spec.maxHold, else the operator's --max-hold).
@@ -79,6 +105,10 @@ const (
 	// ReasonForceReleased means a person ended the claim with the
 	// ForceReleaseAnnotation (`kubectl buildlock force-release`).
 	ReasonForceReleased = "ForceReleased"
+	// ReasonDeleted (phase Released) means the claim was deleted while a
+	// finalizer kept it: a claim being deleted has ended, holder or waiter,
+	// and the lock goes on without it.
+	ReasonDeleted = "Deleted"
 )
 
 // PodReference names the pipeline pod that runs the build, in the claim's
@@ -157,10 +187,11 @@ type BuildLockSpec struct {
 	// Timestamp is when the build started; it orders builds of different
 	// lines (ordering NewestWins: the newer wins the waiting slot). When
 	// absent, the BuildLock's creationTimestamp stands in. A timestamp later
-	// than the creationTimestamp plus 30 seconds (an allowance for clock
-	// skew) counts as creationTimestamp plus 30 seconds: no claim can rank
-	// newer than claims created after it by stamping itself in the future.
-	// Any RFC 3339 time, for example 2026-11-30T22:45:00Z.
+	// than the creationTimestamp plus the operator's --max-timestamp-skew
+	// (an allowance for clock skew, 10 seconds by default) counts as
+	// creationTimestamp plus that allowance: no claim can rank newer than
+	// claims created after it by stamping itself in the future. Any RFC
+	// 3339 time, for example 2026-11-30T22:45:00Z.
 	// +optional
 	Timestamp *Timestamp `json:"timestamp,omitempty"`
 
@@ -186,7 +217,10 @@ type BuildLockSpec struct {
 	// enforcement) from the request's authenticated identity: never set it
 	// yourself. An enforced lock admits a pod-less holder's writes from this
 	// identity only, and pipelines may change or delete only the claims they
-	// created.
+	// created. The operator takes it as verified, and binds lines to it
+	// (reason LineOwnedByOther), only on claims created at least 30 seconds
+	// after that policy and its binding, while both exist: before, a
+	// client could have written it.
 	// +optional
 	Requester *Requester `json:"requester,omitempty"`
 }

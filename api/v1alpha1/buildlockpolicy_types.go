@@ -76,7 +76,10 @@ type BuildLockPolicySpec struct {
 	// Ordering is how the lock chooses among waiting builds: NewestWins (the
 	// default), Queue or Fifo. A change applies at once: switching to
 	// NewestWins keeps the newest waiting claim and supersedes the others;
-	// switching between Queue and Fifo keeps every claim's place.
+	// from Queue to Fifo every claim keeps its place; from Fifo to Queue,
+	// which keeps one place per line, each line keeps its earliest place,
+	// taken by its newest queued build, and its older queued builds are
+	// superseded.
 	// +optional
 	// +kubebuilder:default=NewestWins
 	Ordering Ordering `json:"ordering,omitempty"`

@@ -18,7 +18,11 @@ import (
 //   - spec.leaseTransitions is the fencing token of the latest grant, and
 //     spec.acquireTime when that grant was made.
 //
-// Everything else on the Lease (its annotations) is the operator's own.
+// Everything else on the Lease (its annotations) is the operator's own. A
+// change to the Lease that the operator did not make, or its deletion, is
+// undone at once from the claims' statuses (docs/api.md, "The grant
+// record"); a Lease of that name that buildlock did not create is never
+// taken over (reason ForeignLease).
 
 // GrantLeaseName is the name of the grant Lease of target. Targets are
 // DNS-1123 labels of at most 63 characters, so the name is always a valid

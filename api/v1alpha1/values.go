@@ -18,13 +18,22 @@ const (
 	MaxExpiresAfter = 24 * time.Hour
 )
 
-// MaxTimestampSkew is how far after its creation a claim's spec.timestamp may
-// place it. A build cannot have started after its claim was created, so a
-// later timestamp can only be a client's clock running ahead of the API
-// server's; beyond this allowance the claim is ordered as if stamped
-// creationTimestamp + MaxTimestampSkew. A far-future timestamp therefore wins
-// no contest against claims created more than MaxTimestampSkew after it.
-const MaxTimestampSkew = 30 * time.Second
+// MaxTimestampSkew is the default of the operator's --max-timestamp-skew:
+// how far after its creation a claim's spec.timestamp may place it. A build
+// cannot have started after its claim was created, so a later timestamp can
+// only be a client's clock running ahead of the API server's; beyond this
+// allowance the claim is ordered as if stamped creationTimestamp + the
+// allowance. A far-future timestamp therefore wins no contest against claims
+// created more than the allowance after it. Ten seconds covers clocks kept
+// by NTP with room to spare (a creationTimestamp has whole seconds, which
+// takes up to one of them).
+const MaxTimestampSkew = 10 * time.Second
+
+// DefaultMaxBuildJump is the default of the operator's --max-build-jump: how
+// far above the highest build of its line that held the lock (within the
+// grant retention) a claim that is not a person's may go (reason
+// BuildJumpTooLarge).
+const DefaultMaxBuildJump = 1000
 
 // Bounds of the policy's spec.maxHold.
 const (

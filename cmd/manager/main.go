@@ -14,6 +14,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
 	"github.com/buildlock/buildlock/internal/controller"
 )
 
@@ -32,6 +33,8 @@ func main() {
 	flag.DurationVar(&o.FinishedTTL, "finished-ttl", time.Hour, "Delete claims this long after they became Superseded, Released or Expired; 0 keeps them.")
 	flag.DurationVar(&o.MaxHold, "max-hold", 0, "End every hold (with a pod or without) this long after its grant, with a Warning event at 80 %, unless the lock's BuildLockPolicy sets spec.maxHold; 0 means no limit.")
 	flag.DurationVar(&o.GrantRetention, "grant-retention", controller.DefaultGrantRetention, "How long a lock's grant Lease remembers which builds of each line held it (a lower build never deploys after a higher one within this time), and how long the Lease of a target without claims is kept.")
+	flag.DurationVar(&o.MaxTimestampSkew, "max-timestamp-skew", buildlockv1.MaxTimestampSkew, "How far after its creation a claim's spec.timestamp may place it when builds of different lines are ordered (a later stamp counts as creation plus this): the clock skew allowed to clients.")
+	flag.Int64Var(&o.MaxBuildJump, "max-build-jump", buildlockv1.DefaultMaxBuildJump, "How far above the highest build of its line that held the lock (within --grant-retention) a claim that is not a person's may go; a claim above is Superseded (BuildJumpTooLarge).")
 	flag.IntVar(&o.Workers, "max-concurrent-reconciles", 4, "How many locks are decided at once.")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
@@ -55,7 +58,8 @@ func run(o controller.Options) error {
 		return err
 	}
 	ctrl.Log.WithName("setup").Info("Starting manager", "namespaces", o.Namespaces, "leaderElect", o.LeaderElection,
-		"finishedTTL", o.FinishedTTL, "maxHold", o.MaxHold, "grantRetention", o.GrantRetention, "workers", o.Workers,
+		"finishedTTL", o.FinishedTTL, "maxHold", o.MaxHold, "grantRetention", o.GrantRetention,
+		"maxTimestampSkew", o.MaxTimestampSkew, "maxBuildJump", o.MaxBuildJump, "workers", o.Workers,
 		"metrics", o.MetricsBindAddress, "metricsSecure", o.SecureMetrics)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		return fmt.Errorf("running manager: %w", err)

@@ -22,6 +22,9 @@ func TestReasonsAndPhasesAreTheAPIs(t *testing.T) {
 		{arbiter.ReasonExpired, buildlockv1.ReasonExpired},
 		{arbiter.ReasonMaxHoldExceeded, buildlockv1.ReasonMaxHoldExceeded},
 		{arbiter.ReasonForceReleased, buildlockv1.ReasonForceReleased},
+		{arbiter.ReasonDeleted, buildlockv1.ReasonDeleted},
+		{arbiter.ReasonLineOwnedByOther, buildlockv1.ReasonLineOwnedByOther},
+		{arbiter.ReasonBuildJumpTooLarge, buildlockv1.ReasonBuildJumpTooLarge},
 		{string(arbiter.Pending), string(buildlockv1.PhasePending)},
 		{string(arbiter.Waiting), string(buildlockv1.PhaseWaiting)},
 		{string(arbiter.Held), string(buildlockv1.PhaseHeld)},
@@ -43,7 +46,8 @@ func TestReasonsAndPhasesAreTheAPIs(t *testing.T) {
 func TestValuesAreTheAPIs(t *testing.T) {
 	for _, pair := range [][2]any{
 		{arbiter.DefaultExpiresAfter, buildlockv1.DefaultExpiresAfter},
-		{arbiter.MaxTimestampSkew, buildlockv1.MaxTimestampSkew},
+		{arbiter.DefaultMaxTimestampSkew, buildlockv1.MaxTimestampSkew},
+		{arbiter.DefaultMaxBuildJump, buildlockv1.DefaultMaxBuildJump},
 		{arbiter.MaxQuotedLength, buildlockv1.MaxQuotedLength},
 	} {
 		if pair[0] != pair[1] {

@@ -2,7 +2,6 @@ package arbiter
 
 import (
 	"slices"
-	"strings"
 	"time"
 )
 
@@ -20,6 +19,9 @@ const (
 	ReasonExpired                = "Expired"
 	ReasonMaxHoldExceeded        = "MaxHoldExceeded"
 	ReasonForceReleased          = "ForceReleased"
+	ReasonDeleted                = "Deleted"
+	ReasonLineOwnedByOther       = "LineOwnedByOther"
+	ReasonBuildJumpTooLarge      = "BuildJumpTooLarge"
 )
 
 // Values the arbiter shares with the API (api/v1alpha1); a test keeps them
@@ -28,9 +30,10 @@ const (
 	// DefaultExpiresAfter bounds a pod-less hold whose ExpiresAfter is not
 	// positive, as the API does for an absent spec.expiresAfter.
 	DefaultExpiresAfter = time.Hour
-	// MaxTimestampSkew is how far after its creation a claim's Timestamp may
-	// place it (see [OrderTime]).
-	MaxTimestampSkew = 30 * time.Second
+	// DefaultMaxTimestampSkew is how far after its creation a claim's
+	// Timestamp may place it when Policy.MaxTimestampSkew is not positive
+	// (see [Policy.OrderTime]).
+	DefaultMaxTimestampSkew = 10 * time.Second
 	// MaxQuotedLength is the most characters of free text (a force-release
 	// reason) that a message quotes.
 	MaxQuotedLength = 320
@@ -40,9 +43,31 @@ const (
 // that held the lock when Policy.LineMemory is not positive.
 const DefaultLineMemory = 24 * time.Hour
 
-// MaxLineRecords bounds Grant.Lines: a lock remembers the builds that held
-// it for at most this many lines, the most recently granted ones.
-const MaxLineRecords = 64
+// DefaultMaxBuildJump is how far above its line's highest remembered build
+// a claim may go when Policy.MaxBuildJump is not positive.
+const DefaultMaxBuildJump = 1000
+
+// LineMemoryBytes bounds Grant.Lines by the sizes of its records
+// (LineRecord.Size): a new line is recorded only while they stay within it.
+// A record is never evicted to make room; records leave when they are older
+// than Policy.LineMemory. So the grant Lease's annotations stay bounded, and
+// a flood of lines keeps new lines from being remembered but makes the lock
+// forget none.
+const LineMemoryBytes = 96 << 10
+
+// LineMemoryBytesPerOwner bounds what the records of one owner (a verified
+// identity, LineRecord.Owner) may take of LineMemoryBytes, so that no single
+// identity fills the memory. Records without an owner (holders whose
+// identity could not be verified) share the whole of LineMemoryBytes: none
+// of them can be told from another.
+const LineMemoryBytesPerOwner = 24 << 10
+
+// maxKeptLineBytes bounds what a decision keeps of the records it is given:
+// a record the operator wrote is within it (its new lines within
+// LineMemoryBytes, and a replaced line's record grows by its owner's name
+// at most); only a record edited by hand can exceed it, and then its oldest
+// records go.
+const maxKeptLineBytes = 2 * LineMemoryBytes
 
 // warnAtPercent is how far into its maximum hold a holder is warned.
 const warnAtPercent = 80
@@ -101,9 +126,10 @@ type decider struct {
 	// holder is).
 	ahead []int
 
-	granted    int // the claim the input grant names, or none.
-	liveHolder int // granted, if its hold goes on; else none.
-	newHolder  int // the claim granted by this decision, or none.
+	repair     string // what rule 11 restored of the input record ("" if nothing)
+	granted    int    // the claim the (restored) grant names, or none.
+	liveHolder int    // granted, if its hold goes on; else none.
+	newHolder  int    // the claim granted by this decision, or none.
 	queue      []int
 	ended      Ending // the hold this decision ended, if any.
 	buf        []byte // the buffer messages are built in.
@@ -113,7 +139,6 @@ func newDecider(lock Lock, claims []Claim, grant Grant, now time.Time, policy Po
 	n := len(claims)
 	d := &decider{
 		lock:          lock,
-		grant:         grant,
 		now:           now,
 		policy:        policy,
 		claims:        byIdentity(claims),
@@ -128,16 +153,16 @@ func newDecider(lock Lock, claims []Claim, grant Grant, now time.Time, policy Po
 		liveHolder:    none,
 		newHolder:     none,
 	}
+	d.grant, d.repair = d.restoreRecord(grant)
 	for i, c := range d.claims {
 		from := c.Phase
 		if from == "" {
 			from = Pending
 		}
 		d.verdicts[i] = Verdict{Name: c.Name, UID: c.UID, From: from}
-		d.orderTime[i] = OrderTime(*c)
+		d.orderTime[i] = policy.OrderTime(*c)
 		d.supersededBy[i] = none
-		if d.granted == none && grant.Holder != "" && !c.Phase.IsTerminal() &&
-			c.Name == grant.Holder && c.UID == grant.HolderUID {
+		if d.granted == none && !c.Phase.IsTerminal() && d.grant.names(c) {
 			d.granted = i
 		}
 	}
@@ -240,10 +265,14 @@ func expiresAfter(c *Claim) time.Duration {
 	return c.ExpiresAfter
 }
 
-// leaveReason is why a claim ends regardless of time: a person force-released
-// it, or its pod ended; "" while it may go on.
+// leaveReason is why a claim ends regardless of time: it was deleted (a
+// finalizer keeps it), a person force-released it, or its pod ended; ""
+// while it may go on.
 func leaveReason(c *Claim) string {
-	if c.ForceRelease != "" {
+	switch {
+	case c.Deleting:
+		return ReasonDeleted
+	case c.ForceRelease != "":
 		return ReasonForceReleased
 	}
 	return podEndReason(c.Pod)
@@ -269,7 +298,9 @@ func lineOf(c Claim) line { return line{c.Repo, c.Branch} }
 
 // supersedeBackwards applies rule 3: a candidate at or below the live
 // holder's build of its line, or a build of its line that the grant record
-// remembers holding, is Superseded. It returns the others.
+// remembers holding, is Superseded; so is one whose line another service
+// account owns, and one that jumps too far above its line's memory. It
+// returns the others.
 func (d *decider) supersedeBackwards(candidates []int) []int {
 	memory := d.rememberedLines()
 	out := candidates[:0:0]
@@ -279,8 +310,19 @@ func (d *decider) supersedeBackwards(candidates []int) []int {
 			d.supersede(i, h, inLineReason(c.Build, d.claims[h].Build))
 			continue
 		}
-		if r, ok := memory[lineOf(*c)]; ok && c.Build <= r.Build {
-			d.verdicts[i].Phase, d.verdicts[i].Reason = Superseded, inLineReason(c.Build, r.Build)
+		r, remembered := memory[lineOf(*c)]
+		reason := ""
+		switch {
+		case !remembered:
+		case c.Build <= r.Build:
+			reason = inLineReason(c.Build, r.Build)
+		case ownedByOther(r, c):
+			reason = ReasonLineOwnedByOther
+		case !isPerson(c) && c.Build-r.Build > d.maxBuildJump():
+			reason = ReasonBuildJumpTooLarge
+		}
+		if reason != "" {
+			d.verdicts[i].Phase, d.verdicts[i].Reason = Superseded, reason
 			d.byMemory[i] = r
 			continue
 		}
@@ -289,31 +331,25 @@ func (d *decider) supersedeBackwards(candidates []int) []int {
 	return out
 }
 
-// rememberedLines returns the grant record's line records that still count
-// at now, by line.
-func (d *decider) rememberedLines() map[line]*LineRecord {
-	if len(d.grant.Lines) == 0 {
-		return nil
-	}
-	memory := make(map[line]*LineRecord, len(d.grant.Lines))
-	for k := range d.grant.Lines {
-		if r := &d.grant.Lines[k]; d.remembers(*r) {
-			l := line{r.Repo, r.Branch}
-			if old, ok := memory[l]; !ok || r.Build > old.Build {
-				memory[l] = r
-			}
-		}
-	}
-	return memory
+// ownedByOther reports whether line record r binds its line to a service
+// account other than claim c's: c's identity is a service account too, and
+// another one holds the line.
+func ownedByOther(r *LineRecord, c *Claim) bool {
+	return IsServiceAccount(r.Owner) && IsServiceAccount(c.Identity) && r.Owner != c.Identity
 }
 
-// remembers reports whether record r still counts at now.
-func (d *decider) remembers(r LineRecord) bool {
-	memory := d.policy.LineMemory
-	if memory <= 0 {
-		memory = DefaultLineMemory
+// isPerson reports whether claim c was created by a verified identity that
+// is not a service account: a person, whom neither a line's owner nor
+// Policy.MaxBuildJump binds.
+func isPerson(c *Claim) bool {
+	return c.Identity != "" && !IsServiceAccount(c.Identity)
+}
+
+func (d *decider) maxBuildJump() int64 {
+	if d.policy.MaxBuildJump <= 0 {
+		return DefaultMaxBuildJump
 	}
-	return d.now.Before(r.HeldAt.Add(memory))
+	return d.policy.MaxBuildJump
 }
 
 // inLineReason is the reason a build is superseded by another build of its
@@ -434,10 +470,10 @@ func (d *decider) queueByArrival(candidates []int) []int {
 	return survivors
 }
 
-// placeAll gives each claim its place in the queue: its own, else the one
-// its line had (left in d.place by collapseLines), else a new place at the
-// back. Newcomers join in
-// the order of [compareArrival], each strictly after every place already
+// placeAll gives each claim its place in the queue: the earliest one its
+// line had (left in d.place by collapseLines, with Queue), else its own,
+// else a new place at the back. Newcomers join in the order of their
+// OrderTime, then [compareArrival], each strictly after every place already
 // taken (one microsecond apart, the precision the API stores), so that the
 // queue's order is total and the same in every later decision.
 func (d *decider) placeAll(idx []int) {
@@ -445,9 +481,9 @@ func (d *decider) placeAll(idx []int) {
 	back := d.now.Add(-time.Microsecond)
 	for _, i := range idx {
 		switch {
+		case !d.place[i].IsZero():
 		case !d.claims[i].QueuedAt.IsZero():
 			d.place[i] = d.claims[i].QueuedAt
-		case !d.place[i].IsZero():
 		default:
 			newcomers = append(newcomers, i)
 			continue
@@ -487,7 +523,7 @@ func (d *decider) grantAndQueue(ranked []int) {
 		d.newHolder = ranked[0]
 		d.verdicts[d.newHolder].Phase = Held
 		d.verdicts[d.newHolder].Reason = ReasonAcquired
-		ranked = ranked[1:]
+		ranked = d.bindLine(d.newHolder, ranked[1:])
 	}
 	if len(ranked) == 0 {
 		return
@@ -507,6 +543,35 @@ func (d *decider) grantAndQueue(ranked []int) {
 		d.verdicts[i].QueuedAt = d.place[i]
 		d.ahead[i], prev = prev, i
 	}
+}
+
+// bindLine applies rule 3 to the claims ranked behind claim h, granted in
+// this decision, as the grant's record of h's build will: a claim of h's
+// line (Fifo queues several) that h's line record would refuse (another
+// service account's, or a jump too far above h's build) is Superseded now,
+// so that the decision is a fixed point. It returns the others.
+func (d *decider) bindLine(h int, ranked []int) []int {
+	held := d.claims[h]
+	r := &LineRecord{Repo: held.Repo, Branch: held.Branch, Build: held.Build, HeldAt: d.now, Owner: held.Identity}
+	out := ranked[:0]
+	for _, i := range ranked {
+		c := d.claims[i]
+		reason := ""
+		switch {
+		case lineOf(*c) != lineOf(*held):
+		case ownedByOther(r, c):
+			reason = ReasonLineOwnedByOther
+		case !isPerson(c) && c.Build-r.Build > d.maxBuildJump():
+			reason = ReasonBuildJumpTooLarge
+		}
+		if reason == "" {
+			out = append(out, i)
+			continue
+		}
+		d.verdicts[i].Phase, d.verdicts[i].Reason = Superseded, reason
+		d.byMemory[i] = r
+	}
+	return out
 }
 
 func (d *decider) supersede(i, by int, reason string) {
@@ -531,19 +596,40 @@ func (d *decider) queued(i int) bool {
 
 // decision assembles the Decision once every claim has its phase.
 func (d *decider) decision() Decision {
-	out := Decision{Grant: d.grant, Queued: len(d.queue)}
+	floor := d.grant.Floor
+	if d.repair == "" && !d.grant.Absent && d.liveHolder == d.granted && d.forgets() {
+		d.repair = RepairLines
+	}
+	out := Decision{Grant: d.grant, Queued: len(d.queue), Repair: d.repair}
 	switch {
 	case d.liveHolder != none:
-		// The holder stays: the grant is left exactly as it is.
+		// The holder stays: the grant is left exactly as it is, unless rule
+		// 11 restored it (a restored record also gets the memory of the
+		// lines the claims show).
+		if d.repair != "" {
+			out.Grant.Lines = d.recordLine(nil)
+			out.GrantChanged = true
+		}
 	case d.newHolder != none:
 		c := d.claims[d.newHolder]
 		out.Grant = Grant{Holder: c.Name, HolderUID: c.UID, Token: d.maxToken() + 1, AcquiredAt: d.now,
-			Lines: d.recordLine(c), Ended: d.ended, Writer: c.Writer}
+			Lines: d.recordLine(c), Ended: d.ended, Writer: c.Writer, Floor: floor}
 		out.GrantChanged = true
 	case d.grant.Holder != "":
 		// The holder ended or vanished and nobody takes over: free the lock,
 		// keeping the token floor and the memory of the lines.
-		out.Grant = Grant{Token: d.maxToken(), Lines: d.recordLine(nil), Ended: d.ended}
+		out.Grant = Grant{Token: d.maxToken(), Lines: d.recordLine(nil), Ended: d.ended, Floor: floor}
+		out.GrantChanged = true
+	case d.grant.Absent:
+		// No record, and nobody holds: write one only to keep the memory of
+		// the builds the claims show held (rule 11).
+		if lines := d.recordLine(nil); len(lines) > 0 {
+			out.Grant = Grant{Token: d.maxToken(), Lines: lines, Floor: floor}
+			out.GrantChanged, out.Repair = true, RepairRecreated
+		}
+	case d.repair == RepairLines:
+		// A free record that forgot builds the claims show held.
+		out.Grant.Lines, out.Grant.Token = d.recordLine(nil), d.maxToken()
 		out.GrantChanged = true
 	}
 	if h := d.holder(); h != none {
@@ -570,46 +656,14 @@ func (d *decider) decision() Decision {
 	return out
 }
 
-// maxToken is the highest fencing token known (rule 6).
+// maxToken is the highest fencing token known (rule 6): the record's, its
+// floor, and every claim's.
 func (d *decider) maxToken() int64 {
-	highest := d.grant.Token
+	highest := max(d.grant.Token, d.grant.Floor)
 	for _, c := range d.claims {
 		highest = max(highest, c.FencingToken)
 	}
 	return highest
-}
-
-// recordLine returns the grant record's line records after granting c (nil
-// records nothing): records that no longer count are dropped,
-// c's line records c's build, and at most MaxLineRecords are kept, the most
-// recently granted.
-func (d *decider) recordLine(c *Claim) []LineRecord {
-	records := make([]LineRecord, 0, len(d.grant.Lines)+1)
-	for _, r := range d.grant.Lines {
-		if d.remembers(r) && (c == nil || r.Repo != c.Repo || r.Branch != c.Branch) {
-			records = append(records, r)
-		}
-	}
-	if c != nil {
-		records = append(records, LineRecord{Repo: c.Repo, Branch: c.Branch, Build: c.Build, HeldAt: d.now})
-	}
-	if len(records) > MaxLineRecords {
-		slices.SortStableFunc(records, func(a, b LineRecord) int { return b.HeldAt.Compare(a.HeldAt) })
-		records = records[:MaxLineRecords]
-	}
-	slices.SortFunc(records, func(a, b LineRecord) int {
-		if c := strings.Compare(a.Repo, b.Repo); c != 0 {
-			return c
-		}
-		if c := strings.Compare(a.Branch, b.Branch); c != 0 {
-			return c
-		}
-		return a.HeldAt.Compare(b.HeldAt)
-	})
-	if len(records) == 0 {
-		return nil
-	}
-	return records
 }
 
 // describeHold fills in the holder's token, end and warning under grant,

@@ -670,7 +670,7 @@ func TestDecisionString(t *testing.T) {
 		claim("dev-7", shopDev, 7, 1), claim("dev-6", shopDev, 6, 1), inPhase(shop41, Superseded),
 	}
 	d := Decide(staging, claims, webHolds, at(60), Policy{MaxHold: time.Hour})
-	want := `holder="shop-42" waiting="dev-7" queued=1 grant={shop-42/uid-shop-42 token=8 since 2026-03-02T10:00:00Z lines=[acme/shop@main#42] ended=web-5:Released/PodGone} changed nextLook=2026-03-02T10:10:00Z
+	want := `holder="shop-42" waiting="dev-7" queued=1 grant={shop-42/uid-shop-42 token=8 since 2026-03-02T10:00:00Z lines=[acme/shop@main#42 acme/web@main#5] ended=web-5:Released/PodGone} changed nextLook=2026-03-02T10:10:00Z
   web-5: Held -> Released PodGone
   dev-7: Pending -> Waiting WaitingForHolder queuedAt=2026-03-02T10:00:00Z
   dev-6: Pending -> Superseded SupersededByNewerBuild by=dev-7

@@ -13,8 +13,8 @@ import (
 // running ahead; capping it means a claim stamped far in the future ranks as
 // if created a little later, and wins nothing against claims created after
 // that.
-func OrderTime(c Claim) time.Time {
-	latest := c.Created.Add(MaxTimestampSkew)
+func (p Policy) OrderTime(c Claim) time.Time {
+	latest := c.Created.Add(p.timestampSkew())
 	if c.Timestamp.IsZero() {
 		return c.Created
 	}
@@ -24,11 +24,19 @@ func OrderTime(c Claim) time.Time {
 	return c.Timestamp
 }
 
+// timestampSkew is MaxTimestampSkew, or its default.
+func (p Policy) timestampSkew() time.Duration {
+	if p.MaxTimestampSkew <= 0 {
+		return DefaultMaxTimestampSkew
+	}
+	return p.MaxTimestampSkew
+}
+
 // Newer reports whether claim a ranks before claim b for the lock's waiting
 // slot with NewestWins (rule 5): whether a is the newer build. The criteria,
 // in order:
 //
-//  1. the later [OrderTime] is newer;
+//  1. the later [Policy.OrderTime] is newer;
 //  2. on equal OrderTime, the claim already in the slot (phase Waiting) is
 //     newer, so that a tie never displaces the claim that waits;
 //  3. then the smaller Name, then the smaller UID, a deterministic tie-break.
@@ -36,15 +44,15 @@ func OrderTime(c Claim) time.Time {
 // Newer is a strict total order on claims with distinct names (names are
 // unique in a namespace): for such a and b exactly one of Newer(a, b) and
 // Newer(b, a) holds, and Newer(a, b) and Newer(b, c) imply Newer(a, c).
-func Newer(a, b Claim) bool {
-	return compareNewer(&a, &b) < 0
+func (p Policy) Newer(a, b Claim) bool {
+	return p.compareNewer(&a, &b) < 0
 }
 
 // compareNewer is Newer as a comparison for slices.SortFunc: negative when a
 // is newer than b. The comparisons take pointers: a Claim is a few hundred
 // bytes, and a decision over thousands of claims compares them often.
-func compareNewer(a, b *Claim) int {
-	if c := OrderTime(*b).Compare(OrderTime(*a)); c != 0 {
+func (p Policy) compareNewer(a, b *Claim) int {
+	if c := p.OrderTime(*b).Compare(p.OrderTime(*a)); c != 0 {
 		return c
 	}
 	return compareNewerTie(a, b)
@@ -58,13 +66,10 @@ func compareNewerTie(a, b *Claim) int {
 	return compareIdentity(a, b)
 }
 
-// compareArrival orders claims that join the queue in the same decision
-// (Queue and Fifo): the earlier OrderTime first (the build that started
-// first), then the earlier Created, then by identity.
+// compareArrival orders claims of equal OrderTime that join the queue in
+// the same decision (Queue and Fifo): the earlier Created first, then by
+// identity.
 func compareArrival(a, b *Claim) int {
-	if c := OrderTime(*a).Compare(OrderTime(*b)); c != 0 {
-		return c
-	}
 	if c := a.Created.Compare(b.Created); c != 0 {
 		return c
 	}

@@ -24,8 +24,8 @@ func TestNewerCriteriaInOrder(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if !Newer(tc.a, tc.b) || Newer(tc.b, tc.a) {
-				t.Errorf("Newer(a, b)=%v Newer(b, a)=%v, want true, false", Newer(tc.a, tc.b), Newer(tc.b, tc.a))
+			if !(Policy{}).Newer(tc.a, tc.b) || (Policy{}).Newer(tc.b, tc.a) {
+				t.Errorf("Newer(a, b)=%v Newer(b, a)=%v, want true, false", (Policy{}).Newer(tc.a, tc.b), (Policy{}).Newer(tc.b, tc.a))
 			}
 		})
 	}
@@ -67,10 +67,10 @@ func checkStrictTotalOrder(t *testing.T, compare func(a, b *Claim) int) {
 }
 
 func TestNewerIsAStrictTotalOrder(t *testing.T) {
-	checkStrictTotalOrder(t, compareNewer)
+	checkStrictTotalOrder(t, Policy{}.compareNewer)
 	ch := seeded(8)
 	for range 10_000 {
-		if a, b := randomRival(ch), randomRival(ch); Newer(a, b) != (compareNewer(&a, &b) < 0) {
+		if a, b := randomRival(ch), randomRival(ch); (Policy{}).Newer(a, b) != ((Policy{}).compareNewer(&a, &b) < 0) {
 			t.Fatalf("Newer disagrees with compareNewer:\n%+v\n%+v", a, b)
 		}
 	}

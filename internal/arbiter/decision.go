@@ -8,7 +8,8 @@ import (
 
 // Apply returns claims as they are once the decision is written: every claim
 // with a verdict takes the verdict's phase, the holder the grant's fencing
-// token, a waiting claim its place in the queue, and a renewal is recorded.
+// token and acquire time, a waiting claim its place in the queue, and a
+// renewal is recorded.
 // Claims are matched by Name and UID; a claim the decision does not know is
 // returned as it is. Apply does not modify claims.
 //
@@ -26,7 +27,7 @@ func (d Decision) Apply(claims []Claim) []Claim {
 			c.Phase = v.Phase
 			switch v.Phase {
 			case Held:
-				c.FencingToken = v.FencingToken
+				c.FencingToken, c.AcquiredAt = v.FencingToken, d.Grant.AcquiredAt
 				c.QueuedAt = time.Time{}
 			case Waiting:
 				c.QueuedAt = v.QueuedAt
@@ -48,6 +49,9 @@ func (d Decision) String() string {
 	fmt.Fprintf(&b, "holder=%q waiting=%q queued=%d grant={%s}", d.Holder, d.Waiting, d.Queued, d.Grant)
 	if d.GrantChanged {
 		b.WriteString(" changed")
+	}
+	if d.Repair != "" {
+		fmt.Fprintf(&b, " repaired=%s", d.Repair)
 	}
 	if !d.NextLook.IsZero() {
 		fmt.Fprintf(&b, " nextLook=%s", precise(d.NextLook))
@@ -91,10 +95,16 @@ func (v Verdict) String() string {
 // remembered lines ("lines=[acme/shop@main#43 ...]") and the last ending.
 func (g Grant) String() string {
 	var b strings.Builder
-	if g.Holder == "" {
+	switch {
+	case g.Absent:
+		fmt.Fprintf(&b, "absent token=%d", g.Token)
+	case g.Holder == "":
 		fmt.Fprintf(&b, "free token=%d", g.Token)
-	} else {
+	default:
 		fmt.Fprintf(&b, "%s/%s token=%d since %s", g.Holder, g.HolderUID, g.Token, precise(g.AcquiredAt))
+	}
+	if g.Floor != 0 {
+		fmt.Fprintf(&b, " floor=%d", g.Floor)
 	}
 	if len(g.Lines) > 0 {
 		b.WriteString(" lines=[")

@@ -22,7 +22,7 @@
 // # Orderings
 //
 // The ordering (Policy.Ordering) only decides who waits and who goes next;
-// rules 1–3 and 6–10 hold in every ordering.
+// rules 1–3 and 6–11 hold in every ordering.
 //
 //   - NewestWins (the default, also for ""): one waiting slot for the whole
 //     lock. Within a line (Repo+Branch) only the newest build stays in the
@@ -38,6 +38,12 @@
 //   - Fifo: every build takes its turn in the order it joined, several
 //     builds of one line included.
 //
+// A change of ordering applies at the next decision: to NewestWins, the
+// newest waiting claim keeps the slot and the others give up; from Queue to
+// Fifo every claim keeps its place; from Fifo to Queue each line keeps one
+// place, its earliest, taken by its newest build, and the line's older
+// builds give up, as under Queue they always do.
+//
 // # Rules
 //
 // These rules are the product's contract.
@@ -48,9 +54,11 @@
 //     says when it names the claim; else Released with reason PodFinished or
 //     PodGone when its pod says so, else LockLost.
 //  2. No pre-emption. The holder is the non-terminal claim whose Name and UID
-//     are the grant's Holder and HolderUID. It keeps the lock until its pod
-//     finished (Released, reason PodFinished) or is gone (Released, PodGone),
-//     a person force-released it (Released, ForceReleased), or time ends it:
+//     are the grant's Holder and HolderUID (as rule 11 restores the grant).
+//     It keeps the lock until its pod finished (Released, reason
+//     PodFinished) or is gone (Released, PodGone), it was deleted and only a
+//     finalizer keeps it (Released, Deleted), a person force-released it
+//     (Released, ForceReleased), or time ends it:
 //     with no pod, at max(grant.AcquiredAt, renewal) + ExpiresAfter
 //     (Expired, Expired); with or without a pod, while Policy.MaxHold > 0,
 //     at grant.AcquiredAt + MaxHold (Expired, MaxHoldExceeded), whichever
@@ -61,14 +69,24 @@
 //     claim (deleted, or recreated with another UID) has no holder: the lock
 //     is free for this decision. Newer builds never take the lock from a
 //     live holder.
-//  3. Never backwards. A line is Repo+Branch. A Pending or Waiting claim
-//     left by rules 1, 2 and 7 whose build is at or below the live holder's
-//     build of its line is Superseded by the holder (DuplicateBuild for the
-//     same number, else SupersededByNewerBuild); likewise, with no claim
-//     named, when it is at or below a build of its line that the grant
-//     record remembers holding (Grant.Lines: the highest build of each line
-//     granted within Policy.LineMemory, for at most MaxLineRecords lines).
-//     The others are candidates.
+//  3. Never backwards, and lines belong to identities. A line is
+//     Repo+Branch. A Pending or Waiting claim left by rules 1, 2 and 7 whose
+//     build is at or below the live holder's build of its line is
+//     Superseded by the holder (DuplicateBuild for the same number, else
+//     SupersededByNewerBuild); likewise, with no claim named, when it is at
+//     or below the line's remembered build: the highest build of the line
+//     granted within Policy.LineMemory, by the grant record (Grant.Lines)
+//     or by a claim (one whose status shows a token and an acquire time, or
+//     the one the grant names). A claim above it is Superseded, with no
+//     claim named, when the line's remembered build was granted to a
+//     service account (LineRecord.Owner; see IsServiceAccount) and the
+//     claim's Identity is another service account (LineOwnedByOther): a
+//     line belongs to the service account that holds it; or, unless its
+//     Identity is a person's, when its build is more than
+//     Policy.MaxBuildJump above the remembered one (BuildJumpTooLarge). A
+//     claim with no Identity (unverified) is bound by the jump only. The
+//     others are candidates. Rule 6 applies the same to claims queued
+//     behind a new holder of their line (Fifo), as its record will.
 //  4. Newest of a line. With NewestWins and Queue, among the candidates of
 //     one line only the highest Build survives; lower builds are Superseded
 //     (SupersededByNewerBuild) by the survivor. Of equal builds the earliest
@@ -88,14 +106,21 @@
 //     Superseded (SupersededByNewerBuild) by it; with Queue and Fifo all the
 //     others wait (Waiting, Queued) with their places. The grant's fencing
 //     token is one above the highest known: the grant's and every input
-//     claim's, terminal ones included, so that a token is never reused even
-//     if the grant record was lost. A freed lock keeps that highest token as
-//     its floor. The grant records the granted build in Lines, how the
-//     previous hold ended in Ended, and the new holder's Writer.
+//     claim's, terminal ones included, and the grant's Floor (what the
+//     operator knows was issued besides), so that a token is never reused
+//     even if the grant record was lost. A freed lock keeps that highest
+//     token as its floor. The grant records the granted build in Lines
+//     (with the new holder's Identity as its Owner), how the previous hold
+//     ended in Ended, and the new holder's Writer. Lines keeps every line it
+//     had that still counts, raised to what the claims show; a line gets a
+//     new record only while the records stay within LineMemoryBytes, and
+//     their owner's within LineMemoryBytesPerOwner: no record is ever
+//     evicted to make room, so no claim can flush another line's memory.
 //  7. A waiter that dies leaves. A Pending or Waiting claim whose pod finished
 //     or is gone becomes Released with reason PodFinished or PodGone.
 //     A claim that a person force-released (Claim.ForceRelease) leaves too,
-//     holder or waiter: Released, reason ForceReleased.
+//     holder or waiter: Released, reason ForceReleased; and so does a claim
+//     being deleted (Claim.Deleting): Released, reason Deleted.
 //  8. Terminal is terminal. A Superseded, Released or Expired claim never
 //     changes: its verdict repeats its phase with an empty Reason, which means
 //     "unchanged, keep the stored status". It takes part in nothing else.
@@ -106,10 +131,37 @@
 //     is a fixed point: applying it ([Decision.Apply], and Decision.Grant as
 //     the grant) and deciding again at the same instant changes no phase,
 //     leaves the grant as it is, and names the same holder and waiting claims.
+//  11. The claims vouch for the grant record. Their statuses are written
+//     only after the record, by the operator alone, so a record that
+//     contradicts them was deleted or edited (by a person, or a careless
+//     tool), and is restored (Decision.Repair, with GrantChanged). The
+//     latest hold the claims show is that of the non-terminal claim shown
+//     Held with a token and an acquire time, whose token is the highest of
+//     every claim's, at least the grant's Floor, and at least the record's
+//     Token if there is a record (a higher one is a later grant). If the
+//     record is absent (RepairRecreated), names another claim or one that
+//     does not exist, or names nobody without recording that hold's end at
+//     its token (RepairHolder), the record is that hold again, with its
+//     claim's token, acquire time and Writer: the same hold, not LockLost.
+//     A record that names a claim shown Held takes that claim's token and
+//     acquire time (RepairToken; an edited-up token stays as the Floor); one
+//     that names a claim not shown Held yet (granted, its status not
+//     written) with a token not above every other claim's, or below its
+//     Floor, takes the next token above them (RepairToken). A record's
+//     Writer is its holder's (RepairWriter). A restored record keeps in
+//     Lines every build the claims show held; an absent record with nobody
+//     holding is written again when there is such a build to remember
+//     (RepairRecreated), and a record whose Lines lack one that a claim
+//     other than its holder shows held (and that the budgets have room
+//     for) gets it back (RepairLines). A record that names another claim with a token
+//     above the holder's cannot be told from a hand-off made by another
+//     manager, and stands (the holder shown is then LockLost, rule 1): only
+//     admission can keep people from writing that.
 //
-// Decide settles terminal claims (8), the holder (2), other claims shown
-// Held (1) and waiters that leave (7) first; then builds that would deploy
-// backwards (3), then lines (4), then the ranking and the hand-off (5, 6).
+// Decide restores the grant record (11) first; then it settles terminal
+// claims (8), the holder (2), other claims shown Held (1) and waiters that
+// leave (7); then builds that would deploy backwards or on another's line
+// (3), then lines (4), then the ranking and the hand-off (5, 6).
 //
 // Waiting and Pending claims have no expiry of their own: ExpiresAfter and
 // MaxHold bound a hold, and count from the grant.

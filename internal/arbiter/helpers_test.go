@@ -186,33 +186,79 @@ func genInput(ch chooser) input {
 		c := in.claims[ch.intn(n)]
 		in.grant.Ended = Ending{Name: c.Name, UID: c.UID, Phase: Expired, Reason: ReasonExpired, At: at(ch.intn(121))}
 	}
+	// Rule 11's inputs, and identities (choices added after those above).
+	for k := range in.claims {
+		c := &in.claims[k]
+		if c.FencingToken > 0 && ch.intn(3) > 0 {
+			c.AcquiredAt = at(ch.intn(121))
+		}
+		c.Identity = genIdentities[ch.intn(len(genIdentities))]
+		c.Deleting = ch.intn(10) == 0
+	}
+	for k := range in.grant.Lines {
+		in.grant.Lines[k].Owner = genIdentities[ch.intn(len(genIdentities))]
+	}
+	in.grant.Floor = int64(ch.intn(12))
+	if ch.intn(5) == 1 {
+		in.grant = Grant{Absent: true, Token: in.grant.Token, Floor: in.grant.Floor}
+	}
+	in.policy.MaxBuildJump = []int64{0, 2, 4}[ch.intn(3)]
 	return in
 }
+
+// genIdentities are the identities the generator gives claims: unknown, two
+// pipelines, and a person.
+var genIdentities = []string{"", "system:serviceaccount:ci:shop", "system:serviceaccount:ci:web", "alice@example.com"}
 
 // validReasons lists, per resulting phase, the reasons a changed claim may
 // give.
 var validReasons = map[Phase][]string{
 	Held:       {ReasonAcquired},
 	Waiting:    {ReasonWaitingForHolder, ReasonQueued},
-	Superseded: {ReasonSupersededByNewerBuild, ReasonDuplicateBuild},
-	Released:   {ReasonPodFinished, ReasonPodGone, ReasonLockLost, ReasonForceReleased},
+	Superseded: {ReasonSupersededByNewerBuild, ReasonDuplicateBuild, ReasonLineOwnedByOther, ReasonBuildJumpTooLarge},
+	Released:   {ReasonPodFinished, ReasonPodGone, ReasonLockLost, ReasonForceReleased, ReasonDeleted},
 	Expired:    {ReasonExpired, ReasonMaxHoldExceeded},
 }
 
-// grantedClaim is the index of the non-terminal claim the grant names, or -1.
-func grantedClaim(claims []Claim, g Grant) int {
+// grantedClaim is the index of the non-terminal claim whose hold the grant
+// record is (-1 if none), and the record as rule 11 restores it. Rule 11
+// restated: a claim shown Held with a token and an acquire time, its token
+// the highest of all and at least the record's floor and (unless there is
+// no record) its token, holds, unless the record names it already or
+// freed it at that very token recording its end. Else the record stands,
+// and the claim it names holds.
+func grantedClaim(claims []Claim, g Grant) (int, Grant) {
+	shown, highest := -1, int64(0)
 	for i, c := range claims {
-		if g.Holder != "" && !c.Phase.IsTerminal() && c.Name == g.Holder && c.UID == g.HolderUID {
-			return i
+		highest = max(highest, c.FencingToken)
+		if c.Phase == Held && c.FencingToken > 0 && !c.AcquiredAt.IsZero() && (shown < 0 || c.FencingToken > claims[shown].FencingToken) {
+			shown = i
 		}
 	}
-	return -1
+	if shown >= 0 {
+		c := claims[shown]
+		latest := c.FencingToken >= highest && c.FencingToken >= g.Floor && (g.Absent || c.FencingToken >= g.Token)
+		namedAlready := g.Holder == c.Name && g.HolderUID == c.UID
+		endRecorded := g.Holder == "" && g.Token == c.FencingToken && g.Ended.Name == c.Name && g.Ended.UID == c.UID
+		if latest && !namedAlready && !endRecorded {
+			return shown, Grant{Holder: c.Name, HolderUID: c.UID, Token: c.FencingToken, AcquiredAt: c.AcquiredAt, Writer: c.Writer, Lines: g.Lines}
+		}
+	}
+	for i, c := range claims {
+		if g.Holder != "" && !c.Phase.IsTerminal() && c.Name == g.Holder && c.UID == g.HolderUID {
+			if c.Phase == Held && !c.AcquiredAt.IsZero() && c.FencingToken > 0 && c.FencingToken >= maxTokenBut(claims, i) {
+				g.AcquiredAt = c.AcquiredAt
+			}
+			return i, g
+		}
+	}
+	return -1, g
 }
 
 // holdIsLive is rule 2 restated independently: does the granted claim keep
 // the lock at now?
 func holdIsLive(c Claim, g Grant, now time.Time, p Policy) bool {
-	if c.ForceRelease != "" || c.Pod == PodFinished || c.Pod == PodGone {
+	if c.Deleting || c.ForceRelease != "" || c.Pod == PodFinished || c.Pod == PodGone {
 		return false
 	}
 	if p.MaxHold > 0 && !now.Before(g.AcquiredAt.Add(p.MaxHold)) {
@@ -238,20 +284,32 @@ func holdIsLive(c Claim, g Grant, now time.Time, p Policy) bool {
 	return now.Before(from.Add(expiresAfter))
 }
 
-// remembered returns the highest build of c's line that the grant record
-// still remembers holding at now (0 if none).
-func remembered(g Grant, c Claim, now time.Time, p Policy) int64 {
+// remembered returns the highest build of c's line that the grant record,
+// or the claims, remember holding at now (0 if none), and its owner: a
+// claim held if its status has a token and an acquire time, or if the
+// record names it.
+func remembered(g Grant, claims []Claim, c Claim, now time.Time, p Policy) (int64, string) {
 	memory := p.LineMemory
 	if memory <= 0 {
 		memory = DefaultLineMemory
 	}
-	var build int64
-	for _, r := range g.Lines {
-		if r.Repo == c.Repo && r.Branch == c.Branch && now.Before(r.HeldAt.Add(memory)) {
-			build = max(build, r.Build)
+	records := slices.Clone(g.Lines)
+	for _, h := range claims {
+		switch {
+		case !h.Phase.IsTerminal() && g.Holder != "" && h.Name == g.Holder && h.UID == g.HolderUID:
+			records = append(records, LineRecord{Repo: h.Repo, Branch: h.Branch, Build: h.Build, HeldAt: g.AcquiredAt, Owner: h.Identity})
+		case h.FencingToken > 0 && !h.AcquiredAt.IsZero():
+			records = append(records, LineRecord{Repo: h.Repo, Branch: h.Branch, Build: h.Build, HeldAt: h.AcquiredAt, Owner: h.Identity})
 		}
 	}
-	return build
+	var build int64
+	owner := ""
+	for _, r := range records {
+		if r.Repo == c.Repo && r.Branch == c.Branch && now.Before(r.HeldAt.Add(memory)) && r.Build > build {
+			build, owner = r.Build, r.Owner
+		}
+	}
+	return build, owner
 }
 
 // queuing reports whether the policy queues every survivor (Queue, Fifo).
@@ -280,8 +338,8 @@ func checkInvariants(in input, d Decision) error {
 	for _, v := range d.Verdicts {
 		byName[v.Name] = v
 	}
-	granted := grantedClaim(in.claims, in.grant)
-	maxToken := in.grant.Token
+	granted, restored := grantedClaim(in.claims, in.grant)
+	maxToken := max(in.grant.Token, in.grant.Floor)
 	var heldNames, waitingNames []string
 	for i, c := range in.claims {
 		maxToken = max(maxToken, c.FencingToken)
@@ -336,7 +394,10 @@ func checkInvariants(in input, d Decision) error {
 			}
 		case Waiting:
 			waitingNames = append(waitingNames, c.Name)
-			if v.QueuedAt.IsZero() || (!c.QueuedAt.IsZero() && !v.QueuedAt.Equal(c.QueuedAt)) {
+			// A claim keeps its place; with Queue, the line's newest build
+			// takes the line's earliest place.
+			lineFirst := in.policy.Ordering == Queue && v.QueuedAt.Before(c.QueuedAt)
+			if v.QueuedAt.IsZero() || (!c.QueuedAt.IsZero() && !v.QueuedAt.Equal(c.QueuedAt) && !lineFirst) {
 				fail("%s: waits with place %s, had %s", c.Name, v.QueuedAt, c.QueuedAt)
 			}
 		}
@@ -364,43 +425,71 @@ func checkInvariants(in input, d Decision) error {
 			}
 		}
 	}
-	// No pre-emption: a live holder stays, and so does its grant.
-	if granted >= 0 && holdIsLive(in.claims[granted], in.grant, in.now, in.policy) {
-		if d.Holder != in.claims[granted].Name || d.GrantChanged || !d.Grant.Equal(in.grant) {
-			fail("live holder %s pre-empted: %v", in.claims[granted].Name, d)
+	// No pre-emption: a live holder stays, and so does its grant, but for
+	// what rule 11 restores of it (its holder's own token, acquire time and
+	// writer).
+	liveHolder := granted >= 0 && holdIsLive(in.claims[granted], restored, in.now, in.policy)
+	if liveHolder {
+		h := in.claims[granted]
+		if d.Holder != h.Name || d.Grant.HolderUID != h.UID || d.GrantChanged != (d.Repair != "") || d.Grant.Writer != h.Writer ||
+			!d.Grant.AcquiredAt.Equal(restored.AcquiredAt) {
+			fail("live holder %s pre-empted, or its grant not its own: %v", h.Name, d)
+		}
+		if h.Phase == Held && h.FencingToken > 0 && d.Grant.Token != h.FencingToken && h.FencingToken >= maxTokenBut(in.claims, granted) {
+			fail("holder %s shown Held with token %d, its grant has %d", h.Name, h.FencingToken, d.Grant.Token)
 		}
 	}
 	// Grant, tokens and the grant record's memory.
 	switch {
 	case !d.GrantChanged:
-		if !d.Grant.Equal(in.grant) {
-			fail("grant %s changed without GrantChanged (was %s)", d.Grant, in.grant)
+		if !d.Grant.Equal(in.grant) || d.Repair != "" {
+			fail("grant %s changed without GrantChanged (was %s), repair %q", d.Grant, in.grant, d.Repair)
+		}
+	case liveHolder:
+		if d.Repair == "" {
+			fail("a live holder's grant changed, repairing nothing: %s after %s", d.Grant, in.grant)
 		}
 	case d.Holder != "":
-		if d.Grant.Token != maxToken+1 || !d.Grant.AcquiredAt.Equal(in.now) || d.Grant.Holder == in.grant.Holder && d.Grant.HolderUID == in.grant.HolderUID {
+		// A new hold: its token is above every token known, and the next
+		// one unless rule 11 found a token issued beyond them.
+		if d.Grant.Token <= maxToken || (d.Repair == "" && d.Grant.Token != maxToken+1) || !d.Grant.AcquiredAt.Equal(in.now) {
 			fail("new grant %s after %s (highest token %d)", d.Grant, in.grant, maxToken)
 		}
 		h := in.claims[slices.IndexFunc(in.claims, func(c Claim) bool { return c.Name == d.Holder })]
-		if remembered(d.Grant, h, in.now, in.policy) != h.Build {
+		if b, owner := remembered(d.Grant, nil, h, in.now, in.policy); b != h.Build || owner != h.Identity {
 			fail("granted build %d of %s@%s, the grant remembers %v", h.Build, h.Repo, h.Branch, d.Grant.Lines)
 		}
 		if d.Grant.Writer != h.Writer {
 			fail("granted %s, whose writer is %+v, but recorded writer %+v", h.Name, h.Writer, d.Grant.Writer)
 		}
-	default:
-		if d.Grant.Holder != "" || d.Grant.Token != maxToken || in.grant.Holder == "" || d.Grant.Writer != (Writer{}) {
-			fail("freed grant %s after %s (highest token %d)", d.Grant, in.grant, maxToken)
-		}
+	case d.Grant.Holder != "" || d.Grant.Token < maxToken || (d.Repair == "" && d.Grant.Token != maxToken) || d.Grant.Writer != (Writer{}):
+		fail("freed grant %s after %s (highest token %d)", d.Grant, in.grant, maxToken)
+	case in.grant.Holder == "" && !in.grant.Absent && d.Repair == "":
+		fail("freed a free grant: %s after %s", d.Grant, in.grant)
 	}
-	if len(d.Grant.Lines) > MaxLineRecords {
-		fail("grant remembers %d lines", len(d.Grant.Lines))
+	// The memory never forgets a build it was given or the claims show,
+	// and stays within its bounds.
+	size := 0
+	for _, r := range d.Grant.Lines {
+		size += r.Size()
+	}
+	if size > maxKeptLineBytes {
+		fail("the grant's line memory takes %d bytes", size)
+	}
+	if d.GrantChanged {
+		for _, c := range in.claims {
+			before, _ := remembered(restored, in.claims, c, in.now, in.policy)
+			if after, _ := remembered(d.Grant, nil, c, in.now, in.policy); after < before {
+				fail("the grant forgot build %d of %s@%s (remembers %d)", before, c.Repo, c.Branch, after)
+			}
+		}
 	}
 	if !d.NextLook.IsZero() && !d.NextLook.After(in.now) {
 		fail("NextLook %s not after now %s", d.NextLook, in.now)
 	}
 	// Write order: stop holding, stay in the running, end, newly Held last.
 	group := func(v Verdict) int {
-		isGranted := granted >= 0 && v.Name == in.claims[granted].Name
+		isGranted := granted >= 0 && v.Name == in.claims[granted].Name && v.UID == in.claims[granted].UID
 		switch {
 		case v.Phase != Held && (v.From == Held || isGranted):
 			return 0
@@ -453,14 +542,41 @@ func checkSupersessions(in input, d Decision, fail func(string, ...any)) {
 		c.Phase = normalized(c.Phase)
 		inputs[c.Name] = c
 	}
+	// A hold granted by this decision, rather than one that goes on (the
+	// record's, as rule 11 restores it).
+	_, restored := grantedClaim(in.claims, in.grant)
+	newHold := d.Holder != "" && (d.Holder != restored.Holder || d.Grant.HolderUID != restored.HolderUID)
 	for _, v := range d.Verdicts {
 		if v.Phase != Superseded || v.From.IsTerminal() {
 			continue
 		}
 		c, by := inputs[v.Name], inputs[v.SupersededBy]
+		r, owner := remembered(restored, in.claims, c, in.now, in.policy)
+		// A line's record refuses another service account's claim, and a
+		// jump too far above it: the record remembered, or the one the new
+		// hold writes.
+		jump := in.policy.MaxBuildJump
+		if jump <= 0 {
+			jump = DefaultMaxBuildJump
+		}
+		refuses := func(r int64, owner string) bool {
+			switch v.Reason {
+			case ReasonLineOwnedByOther:
+				return r < c.Build && IsServiceAccount(owner) && IsServiceAccount(c.Identity) && owner != c.Identity
+			case ReasonBuildJumpTooLarge:
+				return r > 0 && c.Build-r > jump && (c.Identity == "" || IsServiceAccount(c.Identity))
+			}
+			return false
+		}
 		switch {
+		case v.Reason == ReasonLineOwnedByOther || v.Reason == ReasonBuildJumpTooLarge:
+			h := inputs[d.Holder]
+			byNewHold := newHold && lineOf(h) == lineOf(c) && refuses(h.Build, h.Identity)
+			if v.SupersededBy != "" || (!refuses(r, owner) && !byNewHold) {
+				fail("%s: build %d of %q refused (%s); the memory has build %d of %q", c.Name, c.Build, c.Identity, v.Reason, r, owner)
+			}
 		case v.SupersededBy == "":
-			if r := remembered(in.grant, c, in.now, in.policy); r < c.Build || (r == c.Build) != (v.Reason == ReasonDuplicateBuild) {
+			if r < c.Build || (r == c.Build) != (v.Reason == ReasonDuplicateBuild) {
 				fail("%s: build %d superseded by the grant record, which remembers build %d (%s)", c.Name, c.Build, r, v.Reason)
 			}
 		case lineOf(c) == lineOf(by):
@@ -469,11 +585,11 @@ func checkSupersessions(in input, d Decision, fail func(string, ...any)) {
 			}
 		case queuing(in.policy):
 			fail("%s: superseded by %s of another line under %s", c.Name, by.Name, in.policy.Ordering)
-		case by.Name != d.Waiting || !Newer(by, c) || v.Reason != ReasonSupersededByNewerBuild:
+		case by.Name != d.Waiting || !in.policy.Newer(by, c) || v.Reason != ReasonSupersededByNewerBuild:
 			fail("%s: superseded by %s of another line, which is not the newer waiting claim", c.Name, by.Name)
 		}
 	}
-	if !queuing(in.policy) && d.GrantChanged && d.Holder != "" && d.Waiting != "" && !Newer(inputs[d.Holder], inputs[d.Waiting]) {
+	if !queuing(in.policy) && newHold && d.Waiting != "" && !in.policy.Newer(inputs[d.Holder], inputs[d.Waiting]) {
 		fail("granted %s although %s is newer", d.Holder, d.Waiting)
 	}
 	// Never backwards: the holder and the waiting claims of each line, in
@@ -497,18 +613,33 @@ func checkSupersessions(in input, d Decision, fail func(string, ...any)) {
 	last := map[line]int64{}
 	for _, v := range goes {
 		c := inputs[v.Name]
-		if v.Phase == Held && !d.GrantChanged {
+		if v.Phase == Held && !newHold {
 			last[lineOf(c)] = c.Build
 			continue
 		}
 		if b, ok := last[lineOf(c)]; ok && b >= c.Build {
 			fail("%s: build %d goes after build %d of its line", c.Name, c.Build, b)
 		}
-		if r := remembered(in.grant, c, in.now, in.policy); r >= c.Build {
+		r, owner := remembered(restored, in.claims, c, in.now, in.policy)
+		if r >= c.Build {
 			fail("%s: build %d goes although build %d of its line held", c.Name, c.Build, r)
+		}
+		if r > 0 && IsServiceAccount(owner) && IsServiceAccount(c.Identity) && owner != c.Identity {
+			fail("%s: goes as %s on a line %s holds", c.Name, c.Identity, owner)
 		}
 		last[lineOf(c)] = c.Build
 	}
+}
+
+// maxTokenBut is the highest token of every claim but claims[skip].
+func maxTokenBut(claims []Claim, skip int) int64 {
+	var highest int64
+	for i, c := range claims {
+		if i != skip {
+			highest = max(highest, c.FencingToken)
+		}
+	}
+	return highest
 }
 
 // permutations returns a few reorderings of claims: reversed and rotated.

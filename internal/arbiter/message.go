@@ -34,6 +34,25 @@ func (d *decider) message(i int, grant Grant) string {
 		return w.done(".")
 	case ReasonSupersededByNewerBuild, ReasonDuplicateBuild:
 		return d.supersededMessage(i)
+	case ReasonLineOwnedByOther:
+		r := d.byMemory[i]
+		return fmt.Sprintf("%s will not deploy: its line belongs to %s, which held %s with build %d at %s, and this "+
+			"claim was created by %s. A line belongs to the service account that holds it, until %s; claim it as "+
+			"that service account, or have a person claim it.", capitalized(build(c)), printable(r.Owner), target,
+			r.Build, stamp(r.HeldAt), printable(c.Identity), stamp(r.HeldAt.Add(d.lineMemory())))
+	case ReasonBuildJumpTooLarge:
+		r := d.byMemory[i]
+		return fmt.Sprintf("%s is more than %d above build %d of its line, which held %s at %s: it will not deploy. "+
+			"Until %s a build of the line may go at most %d higher (the operator's --max-build-jump); give it a "+
+			"lower build number, or have a person claim it.", capitalized(build(c)), d.maxBuildJump(), r.Build, target,
+			stamp(r.HeldAt), stamp(r.HeldAt.Add(d.lineMemory())), d.maxBuildJump())
+	case ReasonDeleted:
+		if d.wasHolding(i) {
+			return fmt.Sprintf("The BuildLock of %s was deleted (a finalizer still keeps it); its hold on %s "+
+				"ends: stop deploying.", build(c), target)
+		}
+		return fmt.Sprintf("The BuildLock of %s was deleted (a finalizer still keeps it); it leaves the queue for %s.",
+			build(c), target)
 	case ReasonPodFinished, ReasonPodGone:
 		what := "finished"
 		if v.Reason == ReasonPodGone {
@@ -53,8 +72,7 @@ func (d *decider) message(i int, grant Grant) string {
 		return fmt.Sprintf("The grant record of %s no longer names %s; stop deploying, and create a new "+
 			"BuildLock to claim %s again.", target, build(c), target)
 	case ReasonExpired:
-		return fmt.Sprintf("%s was not renewed in time: its hold on %s expired at %s; stop deploying.",
-			capitalized(build(c)), target, stamp(d.endedAt(i)))
+		return d.expiredMessage(i)
 	case ReasonMaxHoldExceeded:
 		return fmt.Sprintf("%s held %s for its maximum hold, until %s; stop deploying.",
 			capitalized(build(c)), target, stamp(d.endedAt(i)))
@@ -157,6 +175,50 @@ func (d *decider) endedAt(i int) time.Time {
 	}
 	deadline, _ := holdDeadline(d.claims[i], d.grant.AcquiredAt, d.now, d.policy.MaxHold)
 	return deadline
+}
+
+// expiredMessage says why claim i's pod-less hold expired, true to its
+// renewals: none; one the operator sees only now, stamped more than
+// expiresAfter earlier, which counted from its stamp ended the hold
+// already; renewals stamped before the hold began, which extended
+// nothing; or a last renewal that kept the hold until it expired. A renewal
+// counts from its stamp at the latest, so a client whose clock is behind
+// renews less than it thinks.
+func (d *decider) expiredMessage(i int) string {
+	c, target, end := d.claims[i], d.lock.Target, stamp(d.endedAt(i))
+	last := c.RenewedAt
+	if unrecorded := c.RenewTime; !unrecorded.IsZero() && !unrecorded.Before(last) {
+		last = unrecorded
+	}
+	acquiredAt := d.grant.AcquiredAt
+	if d.endedByRecord[i] {
+		acquiredAt = c.AcquiredAt
+	}
+	switch r := c.RenewTime; {
+	case last.IsZero():
+		return fmt.Sprintf("%s was not renewed in time: its hold on %s expired at %s; stop deploying.",
+			capitalized(build(c)), target, end)
+	case !d.endedByRecord[i] && r.Equal(last) && !r.After(d.now) && !r.Before(acquiredAt):
+		return fmt.Sprintf("%s was renewed with spec.renewTime %s, which is more than its expiresAfter of %s "+
+			"before the operator saw the renewal (at %s): a renewal counts from its time at the latest, so its "+
+			"hold on %s expired at %s; stop deploying. Renew with the current time (is the client's clock behind?).",
+			capitalized(build(c)), stamp(r), expiresAfter(c), stamp(d.now), target, end)
+	case !acquiredAt.IsZero() && last.Before(acquiredAt):
+		return fmt.Sprintf("%s was last renewed with spec.renewTime %s, before its hold on %s began (at %s): a "+
+			"renewal counts from its time at the latest, so none extended the hold, which expired at %s; stop "+
+			"deploying. Renew with the current time (is the client's clock behind?).",
+			capitalized(build(c)), stamp(last), target, stamp(acquiredAt), end)
+	}
+	return fmt.Sprintf("%s was not renewed in time: its last renewal, stamped %s, kept its hold on %s until %s; "+
+		"stop deploying.", capitalized(build(c)), stamp(last), target, end)
+}
+
+// lineMemory is Policy.LineMemory, or its default.
+func (d *decider) lineMemory() time.Duration {
+	if d.policy.LineMemory <= 0 {
+		return DefaultLineMemory
+	}
+	return d.policy.LineMemory
 }
 
 // maxHoldWarning is the Warning on a hold past 80 % of its maximum hold.

@@ -2,6 +2,7 @@ package arbiter
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -131,6 +132,19 @@ func TestSwitchingOrderings(t *testing.T) {
 			},
 			holder: "shop-41", waiting: "web-7", token: 1,
 		},
+		// Queue keeps one place per line (issue 21, item 14): the newest
+		// build of a line takes the line's earliest place, and the line's
+		// older builds give up, as they would have had they arrived under
+		// Queue.
+		"from Fifo to Queue a line's newest build takes the line's earliest place, and its older builds give up": {
+			claims: []Claim{held(shop1, 1), queuedAt(web7, 40), queuedAt(api3, 41), queuedAt(claim("web-8", web, 8, 50), 42)},
+			grant:  shopHolds, policy: queue,
+			want: map[string]string{
+				"shop-41": "Held Acquired", "web-8": "Waiting Queued", "api-3": "Waiting Queued",
+				"web-7": "Superseded SupersededByNewerBuild by=web-8",
+			},
+			holder: "shop-41", waiting: "web-8", token: 1,
+		},
 		"from NewestWins to Queue the waiting claim keeps its place ahead of newcomers": {
 			claims: []Claim{held(shop1, 1), queuedAt(web7, 40), api3}, grant: shopHolds, policy: queue,
 			want: map[string]string{
@@ -174,25 +188,50 @@ func TestNeverBackwards(t *testing.T) {
 	}
 }
 
-func TestTheGrantRemembersABoundedNumberOfLines(t *testing.T) {
-	var g Grant
-	now := t0
-	for k := range MaxLineRecords + 10 {
-		c := claim(fmt.Sprintf("c-%d", k), fmt.Sprintf("acme/app-%03d@main", k), 1, 0)
-		now = now.Add(time.Minute)
-		d := Decide(staging, []Claim{c}, g, now, Policy{})
-		if d.Holder != c.Name {
-			t.Fatalf("%s not granted:\n%s", c.Name, d)
-		}
-		g = Decide(staging, []Claim{withPod(d.Apply([]Claim{c})[0], PodFinished)}, d.Grant, now, Policy{}).Grant
-	}
-	if len(g.Lines) != MaxLineRecords {
-		t.Fatalf("remembers %d lines, want %d", len(g.Lines), MaxLineRecords)
-	}
-	for _, r := range g.Lines {
-		if r.Repo < "acme/app-010" {
-			t.Errorf("kept %s, one of the oldest", r.Repo)
-		}
+// TestNoIdentityCanFlushALinesMemory: one identity holds line after fake
+// line (issue 21, item 5). The memory stays within its bounds, that
+// identity's records within its share, and no record of another line is
+// evicted: the victim's lower build is still superseded afterwards.
+func TestNoIdentityCanFlushALinesMemory(t *testing.T) {
+	const victim = "system:serviceaccount:ci:shop"
+	for _, flooder := range []string{"system:serviceaccount:ci:intruder", "", "alice@example.com"} {
+		t.Run("as "+strconv.Quote(flooder), func(t *testing.T) {
+			g := Grant{Token: 1, Lines: []LineRecord{{Repo: "acme/shop", Branch: "main", Build: 10, HeldAt: t0, Owner: victim}}}
+			now := t0
+			long := strings.Repeat("b", 200)
+			for k := range 2000 {
+				c := claim(fmt.Sprintf("fake-%d", k), fmt.Sprintf("fake/app-%04d@%s", k, long), 1, 0)
+				c.Identity = flooder
+				now = now.Add(time.Second)
+				d := Decide(staging, []Claim{c}, g, now, Policy{})
+				if d.Holder != c.Name {
+					t.Fatalf("%s not granted:\n%s", c.Name, d)
+				}
+				g = Decide(staging, []Claim{withPod(d.Apply([]Claim{c})[0], PodFinished)}, d.Grant, now, Policy{}).Grant
+			}
+			size, mine := 0, 0
+			for _, r := range g.Lines {
+				size += r.Size()
+				if r.Owner == flooder {
+					mine += r.Size()
+				}
+			}
+			// The flood filled what it may (one more record would not fit),
+			// and no more.
+			share, filled := LineMemoryBytesPerOwner, mine
+			if flooder == "" {
+				share, filled = LineMemoryBytes, size
+			}
+			if next := (LineRecord{Repo: "fake/app-0000", Branch: long, Owner: flooder}).Size(); size > LineMemoryBytes || mine > share || filled+next <= share {
+				t.Errorf("the memory takes %d bytes, the flooder's records %d (its share %d)", size, mine, share)
+			}
+			late := claim("shop-9", shop, 9, 0)
+			late.Identity = victim
+			d := Decide(staging, []Claim{late}, g, now, Policy{})
+			if v := verdictOf(d, "shop-9"); short(v) != "Superseded SupersededByNewerBuild" {
+				t.Errorf("after the flood, build 9 of the victim's line is %s; its memory was evicted", short(v))
+			}
+		})
 	}
 }
 
@@ -211,12 +250,12 @@ func TestAFarFutureTimestampWinsNothing(t *testing.T) {
 			holder: "web-5", waiting: "shop-42", token: 7,
 		},
 	})
-	if got, want := OrderTime(evil), at(30).Add(MaxTimestampSkew); !got.Equal(want) {
+	if got, want := (Policy{}).OrderTime(evil), at(30).Add(DefaultMaxTimestampSkew); !got.Equal(want) {
 		t.Errorf("OrderTime = %s, want %s", got, want)
 	}
 	early := claim("early", shop, 1, 30)
 	early.Timestamp = at(20)
-	if got := OrderTime(early); !got.Equal(at(20)) {
+	if got := (Policy{}).OrderTime(early); !got.Equal(at(20)) {
 		t.Errorf("a build that started before its claim: OrderTime = %s, want %s", got, at(20))
 	}
 }

@@ -26,21 +26,23 @@ func TestPropertiesOfRandomClaimSets(t *testing.T) {
 }
 
 // world is one lock over time: its claims and grant as the controller would
-// read them after writing every decision.
+// read them after writing every decision, and the highest token the
+// operator has seen (which it passes as the record's Floor).
 type world struct {
 	claims   []Claim
 	grant    Grant
 	now      time.Time
 	policy   Policy
 	arrivals int
+	memory   int64
 }
 
 // happen applies one random event to the world and says what it was.
 // Arrivals happen only while arriving is set; the grant record is lost (as
-// if the Lease were deleted) only while losingGrants is set.
-func (w *world) happen(ch chooser, arriving, losingGrants bool) string {
+// if the Lease were deleted) or edited by hand only while hostile is set.
+func (w *world) happen(ch chooser, arriving, hostile bool) string {
 	for {
-		switch ch.intn(11) {
+		switch ch.intn(13) {
 		case 0, 1, 2:
 			if arriving {
 				return w.arrive(ch)
@@ -71,12 +73,41 @@ func (w *world) happen(ch chooser, arriving, losingGrants bool) string {
 				return "renewed " + w.claims[i].Name + " at " + w.claims[i].RenewTime.Format(time.DateTime)
 			}
 		case 10:
-			if losingGrants {
-				w.grant = Grant{}
-				return "the grant record is lost"
+			if hostile {
+				w.grant = Grant{Absent: true}
+				return "the grant record is deleted"
+			}
+		case 11, 12:
+			if hostile {
+				return w.edit(ch)
 			}
 		}
 	}
+}
+
+// edit changes the grant record as a person with the rights to write it
+// might: every edit but one that names another claim and raises the token
+// too (which looks like a hand-off, see rule 11) is one the claims show to
+// be wrong.
+func (w *world) edit(ch chooser) string {
+	switch ch.intn(5) {
+	case 0:
+		if i, ok := w.pick(ch, func(c Claim) bool { return c.Phase == Waiting || c.Phase == Pending }); ok {
+			w.grant.Holder, w.grant.HolderUID = w.claims[i].Name, w.claims[i].UID
+			return "the record is edited to name " + w.claims[i].Name
+		}
+	case 1:
+		w.grant.Writer = Writer{PodUID: "pod-of-an-intruder"}
+		return "the record's writer is edited"
+	case 2:
+		w.grant.Token = 0
+		return "the record's token is edited to 0"
+	case 3:
+		w.grant.Holder, w.grant.HolderUID, w.grant.AcquiredAt = "", "", time.Time{}
+		return "the record is edited to name nobody"
+	}
+	w.grant.Holder, w.grant.HolderUID = "ghost", "uid-ghost"
+	return "the record is edited to name a claim that does not exist"
 }
 
 func (w *world) arrive(ch chooser) string {
@@ -92,6 +123,8 @@ func (w *world) arrive(ch chooser) string {
 	if ch.intn(4) == 0 {
 		c.Pod, c.ExpiresAfter = NoPod, genExpiries[1+ch.intn(len(genExpiries)-1)]
 	}
+	c.Writer = Writer{PodUID: "pod-" + c.Name}
+	c.Identity = genIdentities[ch.intn(len(genIdentities))]
 	w.claims = append(w.claims, c)
 	return fmt.Sprintf("%s arrives: build %d of %s/%s stamped %s", c.Name, c.Build, c.Repo, c.Branch, c.Timestamp.Format(time.TimeOnly))
 }
@@ -113,40 +146,55 @@ func (w *world) pick(ch chooser, match func(Claim) bool) (int, bool) {
 // decide decides, checks every invariant, applies the decision and returns it.
 func (w *world) decide(t *testing.T, history []string) Decision {
 	t.Helper()
+	w.grant.Floor = w.memory
 	in := input{claims: w.claims, grant: w.grant, now: w.now, policy: w.policy}
 	d := in.decide()
 	if err := checkInvariants(in, d); err != nil {
 		t.Fatalf("%v\nafter:\n  %s\n%s", err, strings.Join(history, "\n  "), describeInput(in))
 	}
 	w.claims, w.grant = d.Apply(w.claims), d.Grant
+	w.memory = max(w.memory, w.grant.Token)
+	for _, c := range w.claims {
+		w.memory = max(w.memory, c.FencingToken)
+	}
 	return d
 }
 
 func TestPropertiesOfRandomEventSequences(t *testing.T) {
 	for seed := range uint64(400) {
-		losingGrants := seed%4 == 3
-		t.Run(fmt.Sprintf("seed=%d,losingGrants=%v", seed, losingGrants), func(t *testing.T) {
+		hostile := seed%4 == 3
+		t.Run(fmt.Sprintf("seed=%d,hostile=%v", seed, hostile), func(t *testing.T) {
 			ch := seeded(seed)
 			w := &world{now: t0, policy: Policy{MaxHold: genMaxHolds[ch.intn(len(genMaxHolds))], Ordering: genOrderings[seed%3]}}
 			var history []string
 			var lastToken int64
+			holder := ""
 			terminal := map[string]Phase{}
 			fair := newFairness()
 			for range 60 {
-				history = append(history, w.happen(ch, true, losingGrants))
+				event := w.happen(ch, true, hostile)
+				history = append(history, event)
 				d := w.decide(t, history)
 				if err := fair.observe(w, d); err != nil {
 					t.Fatalf("%v\n%s", err, strings.Join(history, "\n"))
 				}
-				if d.GrantChanged && d.Holder != "" {
-					// Tokens strictly increase with each grant. Losing the
-					// grant record and every claim that carried the last
-					// token loses the floor, so only check without losses.
-					if !losingGrants && d.Grant.Token <= lastToken {
+				if d.Holder != "" && d.Holder != holder {
+					// Tokens strictly increase with each new hold, whatever
+					// was deleted or edited: the operator's memory of the
+					// highest token (the record's Floor) outlives the
+					// record.
+					if d.Grant.Token <= lastToken {
 						t.Fatalf("granted token %d after %d\n%s", d.Grant.Token, lastToken, strings.Join(history, "\n"))
 					}
 					lastToken = d.Grant.Token
 				}
+				if strings.HasPrefix(event, "the record") && holder != "" && d.Holder != holder {
+					t.Fatalf("%s held; after %q, %q holds\n%s", holder, event, d.Holder, strings.Join(history, "\n"))
+				}
+				if d.Holder != "" && d.Grant.Writer != writerOf(w.claims, d.Holder) {
+					t.Fatalf("%s holds, but the record's writer is %+v\n%s", d.Holder, d.Grant.Writer, strings.Join(history, "\n"))
+				}
+				holder = d.Holder
 				held := 0
 				for _, c := range w.claims {
 					if was, ok := terminal[c.Name]; ok && c.Phase != was {
@@ -168,11 +216,22 @@ func TestPropertiesOfRandomEventSequences(t *testing.T) {
 	}
 }
 
+// writerOf is the Writer of the claim named name.
+func writerOf(claims []Claim, name string) Writer {
+	for _, c := range claims {
+		if c.Name == name {
+			return c.Writer
+		}
+	}
+	return Writer{}
+}
+
 // fairness checks the bound of the Queue ordering over a sequence of
 // decisions: a line that joins the queue with k other lines ahead of it holds
 // after at most k+1 hand-offs.
 type fairness struct {
 	handOffs int
+	holder   string
 	joined   map[line]joinedLine
 }
 
@@ -192,7 +251,7 @@ func (f *fairness) observe(w *world, d Decision) error {
 	for _, c := range w.claims {
 		claims[c.Name] = c
 	}
-	if d.GrantChanged && d.Holder != "" {
+	if d.Holder != "" && d.Holder != f.holder {
 		f.handOffs++
 		l := lineOf(claims[d.Holder])
 		if j, ok := f.joined[l]; ok {
@@ -202,6 +261,7 @@ func (f *fairness) observe(w *world, d Decision) error {
 			delete(f.joined, l)
 		}
 	}
+	f.holder = d.Holder
 	queued := map[line]time.Time{}
 	for _, v := range d.Verdicts {
 		if v.Phase == Waiting {

@@ -3,6 +3,7 @@ package arbiter
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -90,7 +91,7 @@ type Claim struct {
 	Build  int64
 	// Timestamp is spec.timestamp, when the build started (zero if unset).
 	// It orders claims of different lines with NewestWins, capped at
-	// Created + MaxTimestampSkew (see [OrderTime]).
+	// Created + Policy.MaxTimestampSkew (see [Policy.OrderTime]).
 	Timestamp time.Time
 	// Created is the BuildLock's creationTimestamp, in the API server's
 	// clock.
@@ -101,6 +102,11 @@ type Claim struct {
 	// next grant's token is above every token seen, so tokens are never
 	// reused even if the grant record is lost.
 	FencingToken int64
+	// AcquiredAt is when the claim's hold was granted, as its status says
+	// (status.acquiredAt; zero if it never held). With FencingToken it is
+	// the claim's own record of its hold, from which a lost or edited grant
+	// record is restored (rule 11), and the line memory rebuilt.
+	AcquiredAt time.Time
 	// ExpiresAfter bounds a pod-less hold between renewals (zero or less:
 	// DefaultExpiresAfter).
 	ExpiresAfter time.Duration
@@ -125,6 +131,27 @@ type Claim struct {
 	// Writer is who may write into an enforced target while this claim
 	// holds it; the grant records it.
 	Writer Writer
+	// Deleting says the claim was deleted and is kept only by a finalizer
+	// (its deletionTimestamp is set): it has ended, holder or waiter
+	// (Released, reason Deleted).
+	Deleting bool
+	// Identity is who created the claim, as far as the API server vouches
+	// for it: spec.requester's user name when the buildlock-requester
+	// admission policy stamped it, else empty (unknown). A service account
+	// (IsServiceAccount) owns the lines it holds (rule 3); a person neither
+	// owns a line nor is bound by an owner or by Policy.MaxBuildJump.
+	Identity string
+}
+
+// serviceAccountPrefix starts the user name of every Kubernetes service
+// account.
+const serviceAccountPrefix = "system:serviceaccount:"
+
+// IsServiceAccount reports whether identity is a Kubernetes service account
+// (system:serviceaccount:<namespace>:<name>): a pipeline, as opposed to a
+// person.
+func IsServiceAccount(identity string) bool {
+	return strings.HasPrefix(identity, serviceAccountPrefix)
 }
 
 // Writer is the identity whose writes an enforced target admits from its
@@ -143,14 +170,20 @@ type Writer struct {
 // the fencing token of that grant, which builds of each line held the lock,
 // and how the last hold this arbiter ended ended. A zero Holder means the
 // lock is free; Token then keeps the last token issued.
+//
+// Absent and Floor describe the input record, not the record itself: a
+// decision's Grant keeps the input's Floor, and is Absent only when there
+// was no record and the decision writes none.
 type Grant struct {
 	Holder     string
 	HolderUID  string
 	Token      int64
 	AcquiredAt time.Time
-	// Lines records, per line, the highest build that held the lock and when
-	// it was granted; records older than Policy.LineMemory no longer count,
-	// and at most MaxLineRecords are kept (the oldest go first). Sorted by
+	// Lines records, per line, the highest build that held the lock, when it
+	// was granted and by whom; records older than Policy.LineMemory no
+	// longer count. A new line is recorded only while the records' sizes
+	// stay within LineMemoryBytes, and its owner's within
+	// LineMemoryBytesPerOwner: no record is evicted to make room. Sorted by
 	// line.
 	Lines []LineRecord
 	// Ended is how the previous holder's hold ended, when a decision ended it
@@ -161,16 +194,42 @@ type Grant struct {
 	// enforced target admits the holder's writes and no one else's, and
 	// never ahead of the grant.
 	Writer Writer
+
+	// Absent says that the lock has no grant record at all (its Lease does
+	// not exist): a lock never granted, or one whose record was deleted.
+	// The decision then restores it from the claims (rule 11).
+	Absent bool
+	// Floor is the highest fencing token known to have been issued for
+	// the lock besides Token and the claims' tokens (the namespace's token
+	// floor, the operator's memory of every record it saw): the next
+	// grant's token is above it too, so that a deleted or edited record
+	// never makes a token repeat.
+	Floor int64
 }
 
 // LineRecord says that build Build of the line Repo@Branch was granted the
-// lock at HeldAt.
+// lock at HeldAt, to a claim whose Identity was Owner.
 type LineRecord struct {
 	Repo   string
 	Branch string
 	Build  int64
 	HeldAt time.Time
+	// Owner is the Identity of the claim granted (empty when unknown). A
+	// service account owns the line while the record counts (rule 3).
+	Owner string
 }
+
+// Size is what a record counts against LineMemoryBytes: an upper bound of
+// its length as the grant Lease stores it (JSON without HTML escaping, in
+// which a string's byte takes at most two bytes).
+func (r LineRecord) Size() int {
+	return lineRecordOverhead + len(r.Repo) + 2*len(r.Branch) + 2*len(r.Owner)
+}
+
+// lineRecordOverhead bounds a record's encoding without its strings: the
+// field names and punctuation, a build of up to 16 digits and an RFC 3339
+// time with nanoseconds, and the comma that separates records.
+const lineRecordOverhead = 112
 
 // Ending is how a hold ended: the claim, its final phase and reason, and
 // when.
@@ -182,7 +241,8 @@ type Ending struct {
 	At     time.Time
 }
 
-// Equal reports whether two grant records are the same.
+// Equal reports whether two grant records are the same (Absent and Floor
+// describe an input, and are not compared).
 func (g Grant) Equal(o Grant) bool {
 	return g.Holder == o.Holder && g.HolderUID == o.HolderUID && g.Token == o.Token &&
 		g.AcquiredAt.Equal(o.AcquiredAt) && g.Ended.equal(o.Ended) && g.Writer == o.Writer &&
@@ -190,7 +250,7 @@ func (g Grant) Equal(o Grant) bool {
 }
 
 func (r LineRecord) equal(o LineRecord) bool {
-	return r.Repo == o.Repo && r.Branch == o.Branch && r.Build == o.Build && r.HeldAt.Equal(o.HeldAt)
+	return r.Repo == o.Repo && r.Branch == o.Branch && r.Build == o.Build && r.HeldAt.Equal(o.HeldAt) && r.Owner == o.Owner
 }
 
 func (e Ending) equal(o Ending) bool {
@@ -209,6 +269,14 @@ type Policy struct {
 	// LineMemory is how long a grant record remembers which build of a line
 	// held the lock (zero or less: DefaultLineMemory).
 	LineMemory time.Duration
+	// MaxTimestampSkew is how far after its creation a claim's Timestamp
+	// may place it (zero or less: DefaultMaxTimestampSkew; see
+	// [Policy.OrderTime]).
+	MaxTimestampSkew time.Duration
+	// MaxBuildJump is how far above the highest remembered build of its
+	// line a claim that is not a person's may go (zero or less:
+	// DefaultMaxBuildJump; rule 3).
+	MaxBuildJump int64
 }
 
 // Verdict is the arbiter's decision for one claim.
@@ -260,8 +328,9 @@ type Decision struct {
 	// Queued is how many claims wait after this decision.
 	Queued int
 	// Grant is the grant record after this decision. GrantChanged says it
-	// differs from the input grant (a new holder, or the lock freed), so the
-	// controller must compare-and-swap it before writing any status.
+	// differs from the input grant (a new holder, the lock freed, or the
+	// record restored: see Repair), so the controller must
+	// compare-and-swap it before writing any status.
 	Grant        Grant
 	GrantChanged bool
 	// Verdicts hold one entry per input claim, ordered for writing: claims
@@ -272,4 +341,8 @@ type Decision struct {
 	// NextLook is the earliest future instant at which time alone changes the
 	// decision (an expiry, or a max-hold threshold); zero if none.
 	NextLook time.Time
+	// Repair says what of the input grant record the claims contradicted
+	// and the decision restored (rule 11): one of the Repair* values, or
+	// empty. A repair sets GrantChanged.
+	Repair string
 }

@@ -1,13 +1,16 @@
 package controller
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -31,6 +34,8 @@ const (
 	// endedAnnotation records how the previous hold ended (JSON; see
 	// arbiter.Grant.Ended).
 	endedAnnotation = "buildlock.io/ended"
+	// buildlockPrefix starts every label and annotation key of buildlock's.
+	buildlockPrefix = "buildlock.io/"
 )
 
 // tokenFloorLease names the Lease, one per namespace, that keeps the highest
@@ -39,12 +44,14 @@ const (
 // has a dot.
 const tokenFloorLease = "buildlock.token-floor"
 
-// lineRecord is how a Grant.Lines entry is written in linesAnnotation.
+// lineRecord is how a Grant.Lines entry is written in linesAnnotation
+// (arbiter.LineRecord.Size bounds its length).
 type lineRecord struct {
 	Repo   string    `json:"repo"`
 	Branch string    `json:"branch"`
 	Build  int64     `json:"build"`
 	HeldAt time.Time `json:"heldAt"`
+	Owner  string    `json:"owner,omitempty"`
 }
 
 // endingRecord is how Grant.Ended is written in endedAnnotation.
@@ -62,7 +69,23 @@ type endingRecord struct {
 // concurrent writer makes this call fail with a Conflict or AlreadyExists
 // error, and the caller decides again. The Lease's renewTime says when it was
 // last written (deleteIdleLease counts from it).
-func writeGrant(ctx context.Context, c client.Client, lock arbiter.Lock, read *coordinationv1.Lease, grant arbiter.Grant, e *enforcement, now time.Time) (*coordinationv1.Lease, error) {
+func writeGrant(ctx context.Context, c client.Client, mem *leaseMemory, lock arbiter.Lock, read *coordinationv1.Lease, grant arbiter.Grant, e *enforcement, now time.Time) (*coordinationv1.Lease, error) {
+	lease, err := desiredLease(lock, read, grant, e)
+	if err != nil {
+		return nil, err
+	}
+	lease.Spec.RenewTime = &metav1.MicroTime{Time: now}
+	if err := compareAndSwap(ctx, c, lease, read != nil); err != nil {
+		return nil, fmt.Errorf("writing grant Lease %s/%s: %w", lease.Namespace, lease.Name, err)
+	}
+	mem.wrote(lease)
+	return lease, nil
+}
+
+// desiredLease is the Lease read (nil: none yet) as it must be to carry
+// grant and e: its labels, spec and annotations of buildlock's, everything
+// else as it was.
+func desiredLease(lock arbiter.Lock, read *coordinationv1.Lease, grant arbiter.Grant, e *enforcement) (*coordinationv1.Lease, error) {
 	lease := &coordinationv1.Lease{}
 	if read != nil {
 		lease = read.DeepCopy()
@@ -82,7 +105,6 @@ func writeGrant(ctx context.Context, c client.Client, lock arbiter.Lock, read *c
 	lease.Spec.LeaseTransitions = ptr.To(int32(grant.Token))
 	lease.Spec.HolderIdentity = nil
 	lease.Spec.AcquireTime = nil
-	lease.Spec.RenewTime = &metav1.MicroTime{Time: now}
 	if grant.Holder != "" {
 		lease.Spec.HolderIdentity = ptr.To(buildlockv1.GrantHolderIdentity(grant.Holder, types.UID(grant.HolderUID)))
 		lease.Spec.AcquireTime = &metav1.MicroTime{Time: grant.AcquiredAt}
@@ -91,10 +113,42 @@ func writeGrant(ctx context.Context, c client.Client, lock arbiter.Lock, read *c
 		return nil, err
 	}
 	setEnforcement(lease, e)
-	if err := compareAndSwap(ctx, c, lease, read != nil); err != nil {
-		return nil, fmt.Errorf("writing grant Lease %s/%s: %w", lease.Namespace, lease.Name, err)
-	}
 	return lease, nil
+}
+
+// leaseCurrent reports whether the Lease read carries exactly grant and e
+// (a lock without a Lease does while it records nothing and enforces
+// nothing): when it does not, someone else wrote it, or a decision changed
+// what it must carry, and it is written again.
+func leaseCurrent(lock arbiter.Lock, read *coordinationv1.Lease, grant arbiter.Grant, e *enforcement) bool {
+	if read == nil {
+		return enforcementCurrent(nil, e) && grant.Holder == "" && len(grant.Lines) == 0
+	}
+	want, err := desiredLease(lock, read, grant, e)
+	if err != nil {
+		return true // writing it would fail the same way
+	}
+	return equality.Semantic.DeepEqual(want.Spec, read.Spec) && equality.Semantic.DeepEqual(want.Labels, read.Labels) &&
+		equality.Semantic.DeepEqual(want.Annotations, read.Annotations)
+}
+
+// ownedLease reports whether lease, named like lock's grant Lease, is
+// buildlock's: it carries buildlock's managed-by label, or any label or
+// annotation of buildlock's (one whose labels a person removed is still
+// buildlock's, and is repaired). A Lease with none of them was created by
+// someone else, and is never taken over.
+func ownedLease(lease *coordinationv1.Lease) bool {
+	if lease.Labels[managedByLabel] == managedByValue {
+		return true
+	}
+	for _, keys := range []map[string]string{lease.Labels, lease.Annotations} {
+		for k := range keys {
+			if strings.HasPrefix(k, buildlockPrefix) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // setGrantAnnotations writes the grant's line records and ending into the
@@ -115,13 +169,17 @@ func setGrantAnnotations(lease *coordinationv1.Lease, grant arbiter.Grant) error
 	if len(grant.Lines) > 0 {
 		records := make([]lineRecord, len(grant.Lines))
 		for i, r := range grant.Lines {
-			records[i] = lineRecord{Repo: r.Repo, Branch: r.Branch, Build: r.Build, HeldAt: r.HeldAt.UTC()}
+			records[i] = lineRecord{Repo: r.Repo, Branch: r.Branch, Build: r.Build, HeldAt: r.HeldAt.UTC(), Owner: r.Owner}
 		}
-		b, err := json.Marshal(records)
-		if err != nil {
+		// Without HTML escaping, as arbiter.LineRecord.Size counts: a
+		// string's byte takes at most two.
+		var b bytes.Buffer
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(records); err != nil {
 			return fmt.Errorf("encoding the line records of Lease %s: %w", lease.Name, err)
 		}
-		lease.Annotations[linesAnnotation] = string(b)
+		lease.Annotations[linesAnnotation] = strings.TrimSuffix(b.String(), "\n")
 	}
 	if e := grant.Ended; e.Name != "" {
 		b, err := json.Marshal(endingRecord{Name: e.Name, UID: e.UID, Phase: string(e.Phase), Reason: e.Reason, At: e.At.UTC()})
@@ -136,13 +194,15 @@ func setGrantAnnotations(lease *coordinationv1.Lease, grant arbiter.Grant) error
 	return nil
 }
 
-// grantFromLease reads the grant record; a nil Lease is a lock never granted
-// (or whose Lease was cleaned up), whose tokens start above floor. Records
-// that do not decode (the Lease was edited by hand) are left out: the lock
-// then forgets its lines, but never its holder or token.
-func grantFromLease(lease *coordinationv1.Lease, floor int64) arbiter.Grant {
-	g := arbiter.Grant{Token: floor}
+// grantFromLease reads the grant record; a nil Lease is a lock without one
+// (never granted, cleaned up, or deleted by someone), whose record the
+// arbiter restores from the claims (Absent). Records that do not decode
+// (the Lease was edited by hand) are left out, and so restored from the
+// claims too.
+func grantFromLease(lease *coordinationv1.Lease) arbiter.Grant {
+	var g arbiter.Grant
 	if lease == nil {
+		g.Absent = true
 		return g
 	}
 	if lease.Spec.HolderIdentity != nil {
@@ -159,7 +219,7 @@ func grantFromLease(lease *coordinationv1.Lease, floor int64) arbiter.Grant {
 	var records []lineRecord
 	if s := lease.Annotations[linesAnnotation]; s != "" && json.Unmarshal([]byte(s), &records) == nil {
 		for _, r := range records {
-			g.Lines = append(g.Lines, arbiter.LineRecord{Repo: r.Repo, Branch: r.Branch, Build: r.Build, HeldAt: r.HeldAt})
+			g.Lines = append(g.Lines, arbiter.LineRecord{Repo: r.Repo, Branch: r.Branch, Build: r.Build, HeldAt: r.HeldAt, Owner: r.Owner})
 		}
 	}
 	var e endingRecord
@@ -199,7 +259,7 @@ func readTokenFloor(ctx context.Context, reader client.Reader, namespace string)
 
 // raiseTokenFloor makes the namespace's token floor at least token, as a
 // compare-and-swap on what readTokenFloor returned.
-func raiseTokenFloor(ctx context.Context, c client.Client, namespace string, read *coordinationv1.Lease, floor, token int64) error {
+func raiseTokenFloor(ctx context.Context, c client.Client, mem *leaseMemory, namespace string, read *coordinationv1.Lease, floor, token int64) error {
 	if token <= floor && read != nil {
 		return nil
 	}
@@ -214,9 +274,18 @@ func raiseTokenFloor(ctx context.Context, c client.Client, namespace string, rea
 		lease.Labels = map[string]string{managedByLabel: managedByValue}
 	}
 	lease.Spec.LeaseTransitions = ptr.To(int32(max(floor, token)))
+	if lease.Labels[managedByLabel] != managedByValue {
+		// So that the cache, and the watch that restores a deleted floor,
+		// see it.
+		if lease.Labels == nil {
+			lease.Labels = map[string]string{}
+		}
+		lease.Labels[managedByLabel] = managedByValue
+	}
 	if err := compareAndSwap(ctx, c, lease, read != nil); err != nil {
 		return fmt.Errorf("raising the token floor of namespace %q to %d: %w", namespace, token, err)
 	}
+	mem.wrote(lease)
 	return nil
 }
 
@@ -237,7 +306,7 @@ func compareAndSwap(ctx context.Context, c client.Client, lease *coordinationv1.
 // the delete, which follows the floor's raise. The delete is conditional on
 // the Lease being unchanged. It returns when to look again (zero: deleted,
 // or nothing to do).
-func deleteIdleLease(ctx context.Context, c client.Client, reader client.Reader, lease *coordinationv1.Lease, retention time.Duration, now time.Time) (time.Time, error) {
+func deleteIdleLease(ctx context.Context, c client.Client, reader client.Reader, mem *leaseMemory, lease *coordinationv1.Lease, retention time.Duration, now time.Time) (time.Time, error) {
 	if lease == nil || lease.Spec.HolderIdentity != nil {
 		return time.Time{}, nil
 	}
@@ -252,7 +321,7 @@ func deleteIdleLease(ctx context.Context, c client.Client, reader client.Reader,
 	if lease.Spec.LeaseTransitions != nil {
 		token = int64(*lease.Spec.LeaseTransitions)
 	}
-	if err := raiseTokenFloor(ctx, c, lease.Namespace, read, floor, token); err != nil {
+	if err := raiseTokenFloor(ctx, c, mem, lease.Namespace, read, floor, token); err != nil {
 		return time.Time{}, err
 	}
 	err = c.Delete(ctx, lease, client.Preconditions{UID: &lease.UID, ResourceVersion: &lease.ResourceVersion})

@@ -121,15 +121,62 @@ var _ = Describe("Ordinary and hostile inputs", func() {
 			timestamp: time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)})
 		evil := expectPhase(ns, "evil-1", buildlockv1.PhaseWaiting)
 
-		// A build created in a later second, by a client whose clock runs 29
-		// seconds ahead (within the allowance): its timestamp is later than
+		// A build created in a later second, by a client whose clock runs a
+		// second less than the allowance ahead: its timestamp is later than
 		// what the claim from year 9999 is capped to.
 		next := evil.CreationTimestamp.Add(time.Second + 100*time.Millisecond)
 		time.Sleep(time.Until(next))
-		createClaim(ns, "web-7", claimOpts{repo: "acme/web", build: 7, pod: "web-7", timestamp: time.Now().Add(29 * time.Second)})
+		createClaim(ns, "web-7", claimOpts{repo: "acme/web", build: 7, pod: "web-7", timestamp: time.Now().Add(buildlockv1.MaxTimestampSkew - time.Second)})
 		expectPhase(ns, "web-7", buildlockv1.PhaseWaiting)
 		got := expectPhase(ns, "evil-1", buildlockv1.PhaseSuperseded)
 		Expect(got.Status.SupersededBy).To(Equal("web-7"))
+	})
+
+	DescribeTable("allows a few seconds of clock skew, or what --max-timestamp-skew says",
+		func(skew time.Duration, aheadWins bool) {
+			ns := newNamespace()
+			startManager(testenv.ManagerOptions{MaxTimestampSkew: skew}, ns)
+			createClaim(ns, "shop-41", claimOpts{repo: "acme/shop", build: 41, pod: "shop-41"})
+			expectPhase(ns, "shop-41", buildlockv1.PhaseHeld)
+			// Stamped 20 seconds ahead of its creation: within the 30
+			// seconds the operator used to allow.
+			createClaim(ns, "ahead-1", claimOpts{repo: "evil/repo", build: 1, pod: "ahead-1", timestamp: time.Now().Add(20 * time.Second)})
+			ahead := expectPhase(ns, "ahead-1", buildlockv1.PhaseWaiting)
+			// An honest build of another line, created a little more than
+			// the default allowance later.
+			time.Sleep(time.Until(ahead.CreationTimestamp.Add(buildlockv1.MaxTimestampSkew + time.Second + 100*time.Millisecond)))
+			createClaim(ns, "web-7", claimOpts{repo: "acme/web", build: 7, pod: "web-7", timestamp: time.Now()})
+			if aheadWins {
+				Expect(expectPhase(ns, "web-7", buildlockv1.PhaseSuperseded).Status.SupersededBy).To(Equal("ahead-1"))
+				return
+			}
+			Expect(expectPhase(ns, "ahead-1", buildlockv1.PhaseSuperseded).Status.SupersededBy).To(Equal("web-7"))
+			expectPhase(ns, "web-7", buildlockv1.PhaseWaiting)
+		},
+		Entry("by default a claim stamped 20 s ahead loses to one created 6 s later", time.Duration(0), false),
+		Entry("with --max-timestamp-skew=1m it wins", time.Minute, true),
+	)
+
+	It("says that a renewal stamped in the past ended the hold", func() {
+		ns := newNamespace()
+		clock := &offsetClock{}
+		startManager(testenv.ManagerOptions{Clock: clock}, ns)
+		createClaim(ns, "nopod-1", claimOpts{repo: "acme/shop", build: 1, expiresAfter: 10 * time.Second})
+		acquired := expectPhase(ns, "nopod-1", buildlockv1.PhaseHeld).Status.AcquiredAt.Time
+		createClaim(ns, "web-7", claimOpts{repo: "acme/web", build: 7, pod: "web-7"})
+		expectPhase(ns, "web-7", buildlockv1.PhaseWaiting)
+
+		// The operator's clock is 30 s on; a client whose clock is 25 s
+		// behind renews, stamping 5 s after the grant.
+		clock.advance(30 * time.Second)
+		stamp := acquired.Add(5 * time.Second).UTC()
+		patchSpec(ns, "nopod-1", fmt.Sprintf(`{"spec":{"renewTime":%q}}`, stamp.Format(time.RFC3339Nano)))
+		bl := expectPhase(ns, "nopod-1", buildlockv1.PhaseExpired)
+		Expect(bl.Status.Reason).To(Equal(buildlockv1.ReasonExpired))
+		Expect(bl.Status.Message).To(ContainSubstring("was renewed with spec.renewTime " + stamp.Format(time.RFC3339) +
+			", which is more than its expiresAfter of 10s before the operator saw the renewal"))
+		Expect(bl.Status.Message).NotTo(ContainSubstring("not renewed in time"))
+		expectPhase(ns, "web-7", buildlockv1.PhaseHeld)
 	})
 
 	It("hands the lock on when a force-release reason is 40,000 characters long", func() {

@@ -27,6 +27,7 @@ type Metrics struct {
 	holdSeconds      prometheus.Histogram
 	grants           prometheus.Counter
 	grantWriteErrors prometheus.Counter
+	grantRepairs     *prometheus.CounterVec
 	supersessions    *prometheus.CounterVec
 	releases         *prometheus.CounterVec
 	expiries         *prometheus.CounterVec
@@ -68,6 +69,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		grantWriteErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "buildlock_grant_write_errors_total", Help: "Grant Lease writes that failed other than by losing a race to another writer.",
 		}),
+		grantRepairs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "buildlock_grant_repairs_total",
+			Help: "Grant records restored from the claims after someone else deleted or edited them, by what was restored (Recreated, Holder, Token, Writer, Lines).",
+		}, []string{"repair"}),
 		supersessions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "buildlock_supersessions_total", Help: "Claims superseded, by reason.",
 		}, []string{"reason"}),
@@ -80,7 +85,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		clock: clock.RealClock{},
 		locks: map[arbiter.Lock]lockState{},
 	}
-	reg.MustRegister(m.waitSeconds, m.holdSeconds, m.grants, m.grantWriteErrors, m.supersessions, m.releases, m.expiries, lockCollector{m})
+	reg.MustRegister(m.waitSeconds, m.holdSeconds, m.grants, m.grantWriteErrors, m.grantRepairs, m.supersessions, m.releases, m.expiries, lockCollector{m})
 	return m
 }
 
@@ -169,7 +174,7 @@ func (m *Metrics) observeDecision(lock arbiter.Lock, obs observation, d arbiter.
 		return
 	}
 	// A holder that was deleted has no verdict; its hold ends here.
-	before := grantFromLease(obs.lease, obs.floor)
+	before := grantFromLease(obs.lease)
 	if before.Holder != "" && !hasClaim(obs.claims, before.Holder) && !before.AcquiredAt.IsZero() {
 		m.holdSeconds.Observe(now.Sub(before.AcquiredAt).Seconds())
 		m.releases.WithLabelValues("Deleted").Inc()
@@ -183,6 +188,14 @@ func (m *Metrics) observeGrantWriteError(err error) {
 		return
 	}
 	m.grantWriteErrors.Inc()
+}
+
+// observeRepair counts a grant record restored from the claims.
+func (m *Metrics) observeRepair(repair string) {
+	if m == nil {
+		return
+	}
+	m.grantRepairs.WithLabelValues(repair).Inc()
 }
 
 // observeTransition records one claim's change of phase.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -31,10 +32,17 @@ const maxConcurrentPodReads = 8
 // record, and what is known of each claim's pod.
 type observation struct {
 	claims []buildlockv1.BuildLock
-	lease  *coordinationv1.Lease // nil when the lock has no Lease (never granted, or cleaned up)
+	lease  *coordinationv1.Lease // nil when the lock has no Lease (never granted, cleaned up, or deleted)
+	// foreign is set when the Lease named like the lock's grant Lease is
+	// not buildlock's (ownedLease): lease is then nil, and the lock cannot
+	// be granted.
+	foreign *coordinationv1.Lease
 	// floor is the namespace's token floor, read only when lease is nil.
 	floor int64
-	pods  map[string]arbiter.PodState
+	// verifiedSince is when claims' spec.requester became the API
+	// server's word (zero: it is not; see requestersVerifiedSince).
+	verifiedSince time.Time
+	pods          map[string]arbiter.PodState
 	// podErr is the first error reading a pod: that pod is unknown (alive to
 	// the arbiter), and the lock must be looked at again once it can be read.
 	podErr error
@@ -158,16 +166,23 @@ func podState(bl *buildlockv1.BuildLock, pod *corev1.Pod) arbiter.PodState {
 	return arbiter.PodAlive
 }
 
-// arbiterInputs converts an observation into the arbiter's plain inputs.
-func arbiterInputs(obs observation) ([]arbiter.Claim, arbiter.Grant) {
+// arbiterInputs converts an observation into the arbiter's plain inputs;
+// remembered is the highest token this manager has seen for the lock, which
+// with the namespace's floor makes the grant's Floor.
+func arbiterInputs(obs observation, remembered int64) ([]arbiter.Claim, arbiter.Grant) {
 	claims := make([]arbiter.Claim, 0, len(obs.claims))
 	for i := range obs.claims {
-		claims = append(claims, toArbiterClaim(&obs.claims[i], obs.pods))
+		claims = append(claims, toArbiterClaim(&obs.claims[i], obs.pods, obs.verifiedSince))
 	}
-	return claims, grantFromLease(obs.lease, obs.floor)
+	grant := grantFromLease(obs.lease)
+	grant.Floor = max(obs.floor, remembered)
+	return claims, grant
 }
 
-func toArbiterClaim(bl *buildlockv1.BuildLock, pods map[string]arbiter.PodState) arbiter.Claim {
+// toArbiterClaim is what the arbiter sees of claim bl: its spec, its
+// status, what is known of its pod, and its requester as its Identity when
+// the claim was created after verifiedSince (non-zero).
+func toArbiterClaim(bl *buildlockv1.BuildLock, pods map[string]arbiter.PodState, verifiedSince time.Time) arbiter.Claim {
 	c := arbiter.Claim{
 		Name:         bl.Name,
 		UID:          string(bl.UID),
@@ -181,6 +196,13 @@ func toArbiterClaim(bl *buildlockv1.BuildLock, pods map[string]arbiter.PodState)
 		ExpiresAfter: buildlockv1.DefaultExpiresAfter,
 		ForceRelease: bl.Annotations[buildlockv1.ForceReleaseAnnotation],
 		Writer:       writerOf(bl),
+		Deleting:     bl.DeletionTimestamp != nil,
+	}
+	if bl.Status.AcquiredAt != nil {
+		c.AcquiredAt = bl.Status.AcquiredAt.Time
+	}
+	if r := bl.Spec.Requester; r != nil && !verifiedSince.IsZero() && bl.CreationTimestamp.After(verifiedSince) {
+		c.Identity = r.Username
 	}
 	if bl.Spec.Timestamp != nil {
 		c.Timestamp = bl.Spec.Timestamp.Time

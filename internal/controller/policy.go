@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -34,21 +33,25 @@ type lockPolicy struct {
 func (r *LockReconciler) lockPolicy(ctx context.Context, lock arbiter.Lock) (lockPolicy, error) {
 	var obj buildlockv1.BuildLockPolicy
 	err := r.Client.Get(ctx, types.NamespacedName{Namespace: lock.Namespace, Name: lock.Target}, &obj)
+	defaults := arbiter.Policy{Ordering: arbiter.NewestWins, MaxHold: r.MaxHold, LineMemory: r.GrantRetention,
+		MaxTimestampSkew: r.MaxTimestampSkew, MaxBuildJump: r.MaxBuildJump}
 	switch {
 	case apierrors.IsNotFound(err):
-		return policyFor(nil, lock, r.MaxHold, r.GrantRetention), nil
+		return policyFor(nil, lock, defaults), nil
 	case err != nil:
 		return lockPolicy{}, fmt.Errorf("reading the BuildLockPolicy of target %q in %q: %w", lock.Target, lock.Namespace, err)
 	}
-	return policyFor(&obj, lock, r.MaxHold, r.GrantRetention), nil
+	return policyFor(&obj, lock, defaults), nil
 }
 
 // policyFor is how lock is arbitrated under obj (nil: no policy), with the
-// operator's --max-hold and --grant-retention where the policy is silent. A
+// operator's flags (defaults: --max-hold, --grant-retention,
+// --max-timestamp-skew, --max-build-jump) where the policy is silent. A
 // policy the operator cannot apply leaves the lock on NewestWins, and says
 // why in its Ready condition. It has no receiver, to facilitate testing.
-func policyFor(obj *buildlockv1.BuildLockPolicy, lock arbiter.Lock, maxHold, retention time.Duration) lockPolicy {
-	p := lockPolicy{arbiter: arbiter.Policy{Ordering: arbiter.NewestWins, MaxHold: maxHold, LineMemory: retention}}
+func policyFor(obj *buildlockv1.BuildLockPolicy, lock arbiter.Lock, defaults arbiter.Policy) lockPolicy {
+	maxHold := defaults.MaxHold
+	p := lockPolicy{arbiter: defaults}
 	if obj == nil {
 		return p
 	}

@@ -48,7 +48,7 @@ func TestPolicyFor(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			got := policyFor(tc.obj, lock, time.Hour, time.Minute)
+			got := policyFor(tc.obj, lock, arbiter.Policy{Ordering: arbiter.NewestWins, MaxHold: time.Hour, LineMemory: time.Minute})
 			if got.arbiter != tc.want {
 				t.Errorf("policy %+v, want %+v", got.arbiter, tc.want)
 			}

@@ -8,6 +8,19 @@
 // each claim's status, each write conditional on the resourceVersion it was
 // computed from.
 //
+// The grant Lease is written by the operator alone, but anyone with the
+// rights to write Leases can delete or edit it. Every create, update and
+// delete of a Lease that this manager did not make itself brings its lock
+// here at once (leaseHandler); the arbiter restores a record that the
+// claims contradict (its rule 11), and the Lease is written again whenever
+// it does not carry exactly what the decision and the policy say
+// (leaseCurrent). The highest token a manager has seen for each lock
+// outlives the Lease (leaseMemory, the arbiter's Grant.Floor), and goes into
+// the namespace's token floor when a lock is left without a Lease; a token
+// floor Lease that someone deletes or lowers is raised again. A Lease named
+// like the grant Lease that buildlock did not create (ownedLease) is never
+// taken over: its lock's claims stay Pending (ForeignLease).
+//
 // # Deciding from the cache, safely
 //
 // A reconcile reads the lock's claims, its Lease, its policy and its pods
@@ -57,7 +70,28 @@
 //     read counts as alive, and a stale Running is alive too.
 //   - The namespace's token floor is read live whenever a Lease must be
 //     created: no compare-and-swap would catch a stale floor, and a token
-//     must never repeat.
+//     must never repeat. The manager's memory of each lock's highest token
+//     only grows (it is fed by what the API server returned: Lease events,
+//     claims, its own writes), so it is never stale in the harmful
+//     direction: a token above it is only ever skipped, never repeated.
+//   - A decision that restores a grant record (rule 11) rests on the
+//     claims' statuses, which only the operator writes, always after the
+//     record, and whose token and acquire time never change once shown:
+//     a stale claim can lack a hold, never show one that the record did
+//     not grant at its token. With the Lease in the cache, the restore is a
+//     compare-and-swap on that Lease like any grant, and a Lease with a
+//     later token (a later grant) is never restored to an earlier hold. With
+//     no Lease in the cache while a claim shows Held, the lock is decided
+//     again on live reads first (claims, then Lease: the record is restored
+//     only if it is missing there too), and the Lease is created, which
+//     fails if anyone created it meanwhile. A write that undoes an edit
+//     (leaseCurrent) is a compare-and-swap on the Lease it read.
+//   - spec.requester is a claim's Identity only on claims created at least
+//     RequesterSettle after the requester admission policy and its binding,
+//     while both exist (requestersVerifiedSince): a claim created before
+//     may carry a requester its client wrote. A creationTimestamp and a
+//     policy's never change, so only a policy deleted a moment ago can be
+//     stale in the cache.
 package controller
 
 import (
@@ -104,13 +138,30 @@ type LockReconciler struct {
 	// GrantRetention is how long a grant record remembers the builds that
 	// held, and how long the Lease of a lock without claims is kept.
 	GrantRetention time.Duration
+	// MaxTimestampSkew and MaxBuildJump go into every lock's arbiter.Policy
+	// (--max-timestamp-skew, --max-build-jump).
+	MaxTimestampSkew time.Duration
+	MaxBuildJump     int64
+	// RequesterSettle: see DefaultRequesterSettle.
+	RequesterSettle time.Duration
 	// FinishedTTL is how long a terminal claim is kept; zero keeps it.
 	FinishedTTL time.Duration
 	// Decide is the arbiter; a field so that tests can break it on purpose.
 	Decide func(arbiter.Lock, []arbiter.Claim, arbiter.Grant, time.Time, arbiter.Policy) arbiter.Decision
 	// Metrics receives what happened; nil records nothing.
 	Metrics *Metrics
+
+	// memory is what this manager remembers of the Leases (see leaseMemory).
+	memory *leaseMemory
+	// verifyRequesters says that the cluster serves MutatingAdmissionPolicies,
+	// and the cache holds the requester policy (requestersVerifiedSince).
+	verifyRequesters bool
 }
+
+// foreignLeaseRecheck is how soon a lock whose grant Lease name is taken by
+// someone else's Lease is looked at again: the cache holds only buildlock's
+// Leases, so no event says when that one goes.
+const foreignLeaseRecheck = time.Minute
 
 // +kubebuilder:rbac:groups=buildlock.io,resources=buildlocks,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups=buildlock.io,resources=buildlocks/status,verbs=update
@@ -120,10 +171,15 @@ type LockReconciler struct {
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicybindings,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingadmissionpolicies;mutatingadmissionpolicybindings,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// Reconcile decides one lock and applies the decision.
+// Reconcile decides one lock and applies the decision; a request named
+// tokenFloorLease restores its namespace's token floor instead.
 func (r *LockReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	if req.Name == tokenFloorLease {
+		return r.retryOnRace(ctx, r.restoreTokenFloor(ctx, req.Namespace))
+	}
 	lock := arbiter.Lock{Namespace: req.Namespace, Target: req.Name}
 	log := logf.FromContext(ctx).WithValues("target", lock.Target)
 	ctx = logf.IntoContext(ctx, log)
@@ -147,16 +203,29 @@ func (r *LockReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if err != nil {
 		return r.retryOnRace(ctx, err)
 	}
-
-	obs, decision, lease, err := r.applyGrant(ctx, lock, obs, decision, policy, now)
-	if err != nil {
-		r.Metrics.observeGrantWriteError(err)
-		return r.retryOnRace(ctx, err)
+	var lease *coordinationv1.Lease
+	if obs.foreign == nil {
+		obs, decision, lease, err = r.applyGrant(ctx, lock, obs, decision, policy, now)
+		if err != nil {
+			r.Metrics.observeGrantWriteError(err)
+			return r.retryOnRace(ctx, err)
+		}
 	}
-	if !enforcementCurrent(lease, policy.enforce) || (lease == nil && policy.enforce != nil) {
-		// An enforced lock always has a Lease (a free lock then refuses
-		// every pipeline write), which carries the policy's pipelines.
-		if lease, err = writeGrant(ctx, r.Client, lock, lease, decision.Grant, policy.enforce, now); err != nil {
+	if obs.foreign != nil {
+		return r.refuseForeignLease(ctx, lock, obs, now)
+	}
+	if !leaseCurrent(lock, lease, decision.Grant, policy.enforce) {
+		// The Lease carries exactly the grant and the policy's enforcement:
+		// an edit by someone else is undone (a compare-and-swap on what was
+		// read), and an enforced lock always has a Lease (a free lock then
+		// refuses every pipeline write).
+		if lease, err = writeGrant(ctx, r.Client, r.memory, lock, lease, decision.Grant, policy.enforce, now); err != nil {
+			return r.retryOnRace(ctx, err)
+		}
+	}
+	r.rememberTokens(lock, obs, decision)
+	if lease == nil {
+		if err := r.keepTokenFloor(ctx, lock, obs); err != nil {
 			return r.retryOnRace(ctx, err)
 		}
 	}
@@ -179,7 +248,7 @@ func (r *LockReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if len(obs.claims) == 0 && policy.enforce == nil {
 		// A lock nobody claims keeps its Lease for GrantRetention after its
 		// last write, then lets it go (keeping the token floor).
-		due, err := deleteIdleLease(ctx, r.Client, r.APIReader, lease, r.GrantRetention, now)
+		due, err := deleteIdleLease(ctx, r.Client, r.APIReader, r.memory, lease, r.GrantRetention, now)
 		if err != nil {
 			return r.retryOnRace(ctx, err)
 		}
@@ -204,20 +273,103 @@ func (r *LockReconciler) applyGrant(ctx context.Context, lock arbiter.Lock, obs 
 	if !d.GrantChanged {
 		return obs, d, obs.lease, nil
 	}
-	lease, err := writeGrant(ctx, r.Client, lock, obs.lease, d.Grant, policy.enforce, now)
+	lease, err := writeGrant(ctx, r.Client, r.memory, lock, obs.lease, d.Grant, policy.enforce, now)
 	if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
-		if obs, d, err = r.decideLive(ctx, lock, obs, now, policy.arbiter); err != nil {
+		if obs, d, err = r.decideLive(ctx, lock, obs, now, policy.arbiter); err != nil || obs.foreign != nil {
 			return obs, d, nil, err
 		}
 		lease = obs.lease
 		if d.GrantChanged {
-			lease, err = writeGrant(ctx, r.Client, lock, obs.lease, d.Grant, policy.enforce, now)
+			lease, err = writeGrant(ctx, r.Client, r.memory, lock, obs.lease, d.Grant, policy.enforce, now)
 		}
 	}
 	if err == nil && d.GrantChanged {
-		logf.FromContext(ctx).V(1).Info("Recorded grant", "holder", d.Grant.Holder, "fencingToken", d.Grant.Token)
+		log := logf.FromContext(ctx)
+		log.V(1).Info("Recorded grant", "holder", d.Grant.Holder, "fencingToken", d.Grant.Token)
+		if d.Repair != "" {
+			// Someone deleted or edited the record: say so, once per repair.
+			log.Info("Restored the grant record from the claims", "repair", d.Repair, "holder", d.Grant.Holder, "fencingToken", d.Grant.Token)
+			r.Metrics.observeRepair(d.Repair)
+		}
 	}
 	return obs, d, lease, err
+}
+
+// rememberTokens remembers the highest token the lock shows: its Lease's,
+// its claims', and the decision's grant (written by now).
+func (r *LockReconciler) rememberTokens(lock arbiter.Lock, obs observation, d arbiter.Decision) {
+	highest := d.Grant.Token
+	if obs.lease != nil && obs.lease.Spec.LeaseTransitions != nil {
+		highest = max(highest, int64(*obs.lease.Spec.LeaseTransitions))
+	}
+	for i := range obs.claims {
+		highest = max(highest, obs.claims[i].Status.FencingToken)
+	}
+	r.memory.observeToken(lock, highest)
+}
+
+// keepTokenFloor is for a lock left without a Lease (none was written, or
+// someone deleted it while nothing was to be recorded): the namespace's
+// token floor keeps the highest token this manager saw for it, so that a
+// Lease created later never repeats a token; once the lock has no claims
+// either, the manager forgets it. The floor was read live when the Lease
+// was found missing; it is written only when it is lower.
+func (r *LockReconciler) keepTokenFloor(ctx context.Context, lock arbiter.Lock, obs observation) error {
+	if remembered := r.memory.highest(lock); remembered > obs.floor {
+		floor, read, err := readTokenFloor(ctx, r.APIReader, lock.Namespace)
+		if err != nil {
+			return err
+		}
+		if err := raiseTokenFloor(ctx, r.Client, r.memory, lock.Namespace, read, floor, remembered); err != nil {
+			return err
+		}
+	}
+	if len(obs.claims) == 0 {
+		r.memory.forget(lock)
+	}
+	return nil
+}
+
+// restoreTokenFloor raises the namespace's token floor Lease back to the
+// highest floor this manager saw, after someone deleted or lowered it.
+func (r *LockReconciler) restoreTokenFloor(ctx context.Context, namespace string) error {
+	want := r.memory.floor(namespace)
+	if want <= 0 {
+		return nil
+	}
+	floor, read, err := readTokenFloor(ctx, r.APIReader, namespace)
+	if err != nil || (read != nil && floor >= want) {
+		return err
+	}
+	logf.FromContext(ctx).Info("Restoring the token floor", "namespace", namespace, "floor", want, "found", floor)
+	return raiseTokenFloor(ctx, r.Client, r.memory, namespace, read, floor, want)
+}
+
+// refuseForeignLease is the decision for a lock whose grant Lease name is
+// taken by a Lease buildlock did not create: nothing is granted, ended or
+// written to that Lease; every claim still Pending says why, and the lock
+// is looked at again in foreignLeaseRecheck (a create of the Lease would
+// fail with AlreadyExists, so the lock must not be retried at once).
+func (r *LockReconciler) refuseForeignLease(ctx context.Context, lock arbiter.Lock, obs observation, now time.Time) (ctrl.Result, error) {
+	foreign := obs.foreign
+	message := fmt.Sprintf("Lease %s/%s exists but was not created by buildlock (it has no label %s=%s): the lock of target %s "+
+		"cannot be granted while it is there, and buildlock never takes it over. Delete that Lease, or claim another "+
+		"target; until then this claim stays Pending.", foreign.Namespace, foreign.Name, managedByLabel, managedByValue, lock.Target)
+	var d arbiter.Decision
+	for i := range obs.claims {
+		bl := &obs.claims[i]
+		phase := arbiter.Phase(bl.Status.Phase)
+		v := arbiter.Verdict{Name: bl.Name, UID: string(bl.UID), From: phase, Phase: phase}
+		if phase == "" || phase == arbiter.Pending {
+			v.From, v.Phase, v.Reason, v.Message = arbiter.Pending, arbiter.Pending, buildlockv1.ReasonForeignLease, message
+		}
+		d.Verdicts = append(d.Verdicts, v)
+	}
+	if err := r.applyStatuses(ctx, obs, d, now); err != nil {
+		return r.retryOnRace(ctx, err)
+	}
+	logf.FromContext(ctx).V(1).Info("Not granting: the grant Lease's name is taken by a Lease of someone else's", "lease", foreign.Name)
+	return ctrl.Result{RequeueAfter: foreignLeaseRecheck}, nil
 }
 
 // observe gathers one lock from the cache: its claims, its grant Lease, and
@@ -256,13 +408,21 @@ func (r *LockReconciler) observeGrantAndPods(ctx context.Context, reader client.
 		wg       sync.WaitGroup
 	)
 	wg.Go(func() {
-		if obs.lease, leaseErr = getLease(ctx, reader, lock); leaseErr == nil && obs.lease == nil {
+		obs.lease, leaseErr = getLease(ctx, reader, lock)
+		switch {
+		case leaseErr != nil:
+		case obs.lease != nil && !ownedLease(obs.lease):
+			// Someone else's Lease has the grant Lease's name (only a live
+			// read sees it: the cache holds buildlock's alone).
+			obs.foreign, obs.lease = obs.lease, nil
+		case obs.lease == nil:
 			// A lock without a Lease issues tokens above the floor that
 			// the namespace's deleted Leases left: read live, since no
 			// compare-and-swap would catch a stale one.
 			obs.floor, _, leaseErr = readTokenFloor(ctx, r.APIReader, lock.Namespace)
 		}
 	})
+	obs.verifiedSince = r.requestersVerifiedSince(ctx)
 	obs.pods, obs.podErr = r.observePods(ctx, claims, knownPods)
 	wg.Wait()
 	if leaseErr != nil {
@@ -277,7 +437,9 @@ func (r *LockReconciler) observeGrantAndPods(ctx context.Context, reader client.
 // cached claims do not show (holderGone).
 func (r *LockReconciler) decideConfirmed(ctx context.Context, lock arbiter.Lock, obs observation, now time.Time, policy arbiter.Policy) (observation, arbiter.Decision, error) {
 	decision := r.decide(lock, obs, now, policy)
-	confirm := needsLiveConfirmation(decision)
+	// A record restored while the Lease is missing from the cache rests on
+	// claims that may be staler than it: decide it again on live reads.
+	confirm := needsLiveConfirmation(decision) || (obs.lease == nil && showsHeld(obs.claims))
 	if !confirm && decision.GrantChanged {
 		gone, err := r.holderGone(ctx, lock, obs)
 		if err != nil {
@@ -306,7 +468,7 @@ func (r *LockReconciler) decideConfirmed(ctx context.Context, lock arbiter.Lock,
 // lock is decided again shortly.
 func (r *LockReconciler) decideLive(ctx context.Context, lock arbiter.Lock, cached observation, now time.Time, policy arbiter.Policy) (observation, arbiter.Decision, error) {
 	obs, err := r.observeLive(ctx, lock, cached)
-	if err != nil {
+	if err != nil || obs.foreign != nil {
 		return obs, arbiter.Decision{}, err
 	}
 	decision := r.decide(lock, obs, now, policy)
@@ -414,8 +576,13 @@ func needsLiveConfirmation(d arbiter.Decision) bool {
 	return false
 }
 
+// showsHeld reports whether a claim that has not ended shows Held.
+func showsHeld(claims []buildlockv1.BuildLock) bool {
+	return slices.ContainsFunc(claims, func(bl buildlockv1.BuildLock) bool { return bl.Status.Phase == buildlockv1.PhaseHeld })
+}
+
 func (r *LockReconciler) decide(lock arbiter.Lock, obs observation, now time.Time, policy arbiter.Policy) arbiter.Decision {
-	claims, grant := arbiterInputs(obs)
+	claims, grant := arbiterInputs(obs, r.memory.highest(lock))
 	decide := r.Decide
 	if decide == nil {
 		decide = arbiter.Decide

@@ -10,6 +10,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -56,6 +57,16 @@ type Options struct {
 	MaxHold time.Duration
 	// GrantRetention: see DefaultGrantRetention (--grant-retention).
 	GrantRetention time.Duration
+	// MaxTimestampSkew is how far after its creation a claim's
+	// spec.timestamp may place it; buildlockv1.MaxTimestampSkew when not
+	// positive (--max-timestamp-skew).
+	MaxTimestampSkew time.Duration
+	// MaxBuildJump is how far above the highest build of its line that held
+	// a claim that is not a person's may go; buildlockv1.DefaultMaxBuildJump
+	// when not positive (--max-build-jump).
+	MaxBuildJump int64
+	// RequesterSettle: see DefaultRequesterSettle (tests shorten it).
+	RequesterSettle time.Duration
 	// Workers is how many locks are decided at once (default 4;
 	// --max-concurrent-reconciles).
 	Workers int
@@ -105,8 +116,8 @@ func Scheme() *runtime.Scheme {
 // one wiring that cmd/manager, the tests, `make run` and `make demo` share.
 // The caller starts it.
 func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
-	if o.FinishedTTL < 0 || o.MaxHold < 0 || o.GrantRetention < 0 {
-		return nil, fmt.Errorf("finished TTL, max hold and grant retention must not be negative")
+	if o.FinishedTTL < 0 || o.MaxHold < 0 || o.GrantRetention < 0 || o.MaxTimestampSkew < 0 || o.MaxBuildJump < 0 {
+		return nil, fmt.Errorf("finished TTL, max hold, grant retention, max timestamp skew and max build jump must not be negative")
 	}
 	metricsOpts := metricsserver.Options{BindAddress: orDisabled(o.MetricsBindAddress)}
 	if o.SecureMetrics {
@@ -161,23 +172,44 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if o.GrantRetention <= 0 {
 		o.GrantRetention = DefaultGrantRetention
 	}
+	if o.MaxTimestampSkew <= 0 {
+		o.MaxTimestampSkew = buildlockv1.MaxTimestampSkew
+	}
+	if o.MaxBuildJump <= 0 {
+		o.MaxBuildJump = buildlockv1.DefaultMaxBuildJump
+	}
+	if o.RequesterSettle <= 0 {
+		o.RequesterSettle = DefaultRequesterSettle
+	}
 	r := &LockReconciler{
-		Client:         mgr.GetClient(),
-		APIReader:      mgr.GetAPIReader(),
-		Recorder:       mgr.GetEventRecorder("buildlock"),
-		Clock:          o.Clock,
-		MaxHold:        o.MaxHold,
-		GrantRetention: o.GrantRetention,
-		FinishedTTL:    o.FinishedTTL,
-		Decide:         o.Decide,
-		Metrics:        NewMetrics(o.Registry),
+		Client:           mgr.GetClient(),
+		APIReader:        mgr.GetAPIReader(),
+		Recorder:         mgr.GetEventRecorder("buildlock"),
+		Clock:            o.Clock,
+		MaxHold:          o.MaxHold,
+		GrantRetention:   o.GrantRetention,
+		MaxTimestampSkew: o.MaxTimestampSkew,
+		MaxBuildJump:     o.MaxBuildJump,
+		RequesterSettle:  o.RequesterSettle,
+		FinishedTTL:      o.FinishedTTL,
+		Decide:           o.Decide,
+		Metrics:          NewMetrics(o.Registry),
+		memory:           newLeaseMemory(),
 	}
 	r.Metrics.clock = o.Clock
-	// Register every informer the controller watches before the manager
-	// starts, so that waiting for the cache to sync (readiness, tests)
-	// covers them all.
-	for _, obj := range []client.Object{&buildlockv1.BuildLock{}, &buildlockv1.BuildLockPolicy{}, &coordinationv1.Lease{},
-		&admissionv1.ValidatingAdmissionPolicyBinding{}, &corev1.Pod{}, namespaceMetadata()} {
+	// Register every informer the controller watches or reads before the
+	// manager starts, so that waiting for the cache to sync (readiness,
+	// tests) covers them all. The requester policy only where the cluster
+	// serves MutatingAdmissionPolicies: elsewhere requesters are never
+	// verified.
+	informers := []client.Object{&buildlockv1.BuildLock{}, &buildlockv1.BuildLockPolicy{}, &coordinationv1.Lease{},
+		&admissionv1.ValidatingAdmissionPolicyBinding{}, &corev1.Pod{}, namespaceMetadata()}
+	if _, err := mgr.GetRESTMapper().RESTMapping(admissionv1.SchemeGroupVersion.WithKind("MutatingAdmissionPolicy").GroupKind(),
+		admissionv1.SchemeGroupVersion.Version); err == nil {
+		r.verifyRequesters = true
+		informers = append(informers, &admissionv1.MutatingAdmissionPolicy{}, &admissionv1.MutatingAdmissionPolicyBinding{})
+	}
+	for _, obj := range informers {
 		if _, err := mgr.GetCache().GetInformer(context.Background(), obj, cache.BlockUntilSynced(false)); err != nil {
 			return fmt.Errorf("registering the informer of %T: %w", obj, err)
 		}
@@ -218,12 +250,15 @@ func namespaceMetadata() *metav1.PartialObjectMetadata {
 // fields; and only buildlock's own Leases and bindings.
 func CacheOptions(namespaces []string) cache.Options {
 	ours := labels.SelectorFromSet(labels.Set{managedByLabel: managedByValue})
+	requester := fields.OneTermEqualSelector("metadata.name", requesterPolicyName)
 	opts := cache.Options{
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.Pod{}:           {Transform: stripPod},
 			&coordinationv1.Lease{}: {Label: ours},
 			&admissionv1.ValidatingAdmissionPolicyBinding{}: {Label: ours},
+			&admissionv1.MutatingAdmissionPolicy{}:          {Field: requester},
+			&admissionv1.MutatingAdmissionPolicyBinding{}:   {Field: requester},
 		},
 	}
 	if len(namespaces) > 0 {
@@ -257,8 +292,8 @@ func stripPod(obj any) (any, error) {
 // SetupWithManager registers the indexes and watches of the lock controller:
 // BuildLocks map to their lock; pods map to the locks of the claims that
 // reference them; a BuildLockPolicy to the lock it is named after; a grant
-// Lease that the cache lists when it starts, to its lock (so that the Leases
-// of locks nobody claims any more are cleaned up after a restart too); a
+// Lease that the cache lists when it starts, or that someone else than this
+// manager creates, changes or deletes, to its lock (leaseHandler); a
 // namespace whose buildlock.io/locked-by label changes, and an enforcement
 // binding that was deleted, to the lock they concern.
 func (r *LockReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts SetupOptions) error {
@@ -298,12 +333,6 @@ func (r *LockReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager,
 	policyToLock := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
 		return []reconcile.Request{lockRequest(obj.GetNamespace(), obj.GetName())}
 	})
-	leaseToLock := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
-		if target := obj.GetLabels()[targetLabel]; target != "" {
-			return []reconcile.Request{lockRequest(obj.GetNamespace(), target)}
-		}
-		return nil
-	})
 	// A namespace that consents (or stops consenting) to a lock's
 	// enforcement changes that lock's Enforced condition; on an update the
 	// map sees the old labels and the new.
@@ -324,17 +353,6 @@ func (r *LockReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager,
 		UpdateFunc:  func(event.UpdateEvent) bool { return false },
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
-	// Only the Leases the cache lists when it starts: a Lease created
-	// afterwards was created by a decision about its lock, which its
-	// claims' events already brought here (deciding it again would only
-	// find the cache behind the status just written, and confirm that on
-	// live reads).
-	onlyInitialList := predicate.Funcs{
-		CreateFunc:  func(e event.CreateEvent) bool { return e.IsInInitialList },
-		UpdateFunc:  func(event.UpdateEvent) bool { return false },
-		DeleteFunc:  func(event.DeleteEvent) bool { return false },
-		GenericFunc: func(event.GenericEvent) bool { return false },
-	}
 
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("buildlock").
@@ -345,7 +363,7 @@ func (r *LockReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager,
 			predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Watches(&corev1.Pod{}, podToLocks).
 		Watches(&buildlockv1.BuildLockPolicy{}, policyToLock, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&coordinationv1.Lease{}, leaseToLock, builder.WithPredicates(onlyInitialList)).
+		Watches(&coordinationv1.Lease{}, r.leaseHandler()).
 		WatchesMetadata(&corev1.Namespace{}, namespaceToLock, builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		Watches(&admissionv1.ValidatingAdmissionPolicyBinding{}, bindingToLock, builder.WithPredicates(onlyDeletes)).
 		WithOptions(controller.Options{
