@@ -180,7 +180,9 @@ func toArbiterClaim(bl *buildlockv1.BuildLock, pods map[string]arbiter.PodState)
 		Pod:          arbiter.NoPod,
 		ExpiresAfter: buildlockv1.DefaultExpiresAfter,
 		ForceRelease: bl.Annotations[buildlockv1.ForceReleaseAnnotation],
-		Writer:       writerOf(bl),
+		// Verified only with the policies that stamp it (admissionPolicies.unverify).
+		ForceReleasedBy: bl.Annotations[buildlockv1.ForceReleasedByAnnotation],
+		Writer:          writerOf(bl),
 	}
 	if bl.Spec.Timestamp != nil {
 		c.Timestamp = bl.Spec.Timestamp.Time

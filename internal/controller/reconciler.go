@@ -110,6 +110,8 @@ type LockReconciler struct {
 	Decide func(arbiter.Lock, []arbiter.Claim, arbiter.Grant, time.Time, arbiter.Policy) arbiter.Decision
 	// Metrics receives what happened; nil records nothing.
 	Metrics *Metrics
+	// Admission knows which admission policies are installed; nil: none.
+	Admission *admissionPolicies
 }
 
 // +kubebuilder:rbac:groups=buildlock.io,resources=buildlocks,verbs=get;list;watch;delete
@@ -416,6 +418,7 @@ func needsLiveConfirmation(d arbiter.Decision) bool {
 
 func (r *LockReconciler) decide(lock arbiter.Lock, obs observation, now time.Time, policy arbiter.Policy) arbiter.Decision {
 	claims, grant := arbiterInputs(obs)
+	r.Admission.unverify(claims)
 	decide := r.Decide
 	if decide == nil {
 		decide = arbiter.Decide

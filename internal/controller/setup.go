@@ -182,6 +182,9 @@ func Setup(mgr ctrl.Manager, o Options) error {
 			return fmt.Errorf("registering the informer of %T: %w", obj, err)
 		}
 	}
+	if err := setupFenceProber(mgr, o, r); err != nil {
+		return err
+	}
 	workers := o.Workers
 	if workers <= 0 {
 		workers = 4
