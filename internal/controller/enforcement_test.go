@@ -35,7 +35,17 @@ type identity struct {
 
 func (id identity) client() client.Client {
 	GinkgoHelper()
-	c := rest.CopyConfig(cfg)
+	cl, err := client.New(id.config(), client.Options{Scheme: scheme})
+	Expect(err).NotTo(HaveOccurred())
+	return cl
+}
+
+// config is a connection to the suite's API server as id.
+func (id identity) config() *rest.Config { return id.configOn(cfg) }
+
+// configOn is a connection to the API server of base as id.
+func (id identity) configOn(base *rest.Config) *rest.Config {
+	c := rest.CopyConfig(base)
 	c.Impersonate = rest.ImpersonationConfig{UserName: id.user, Groups: []string{"system:authenticated"}}
 	if rest, ok := strings.CutPrefix(id.user, "system:serviceaccount:"); ok {
 		ns, _, _ := strings.Cut(rest, ":")
@@ -47,9 +57,7 @@ func (id identity) client() client.Client {
 			"authentication.kubernetes.io/pod-uid":  {string(id.pod.UID)},
 		}
 	}
-	cl, err := client.New(c, client.Options{Scheme: scheme})
-	Expect(err).NotTo(HaveOccurred())
-	return cl
+	return c
 }
 
 // grantAll gives user every right in namespace ns.
