@@ -64,10 +64,10 @@ const (
 	// the lock's current grant. The operator probes after every change of
 	// the grant and every minute.
 	ReasonEnforcing = "Enforcing"
-	// ReasonNotYetEnforced means the API server still admits the probe write: a
-	// new binding or consent takes effect within about a second (the API
-	// server's policy refresh), or the operator has not written the binding
-	// yet.
+	// ReasonNotYetEnforced means the API server still admits the probe
+	// write: a new binding or consent takes effect within about a second
+	// (the API server's policy refresh), or the operator has not written
+	// the binding yet.
 	ReasonNotYetEnforced = "NotYetEnforced"
 	// ReasonFenceFrozen means the API server enforces an older grant than
 	// the lock's for longer than a few seconds: its informer of Lease
@@ -116,15 +116,20 @@ type BuildLockPolicySpec struct {
 	MaxHold *metav1.Duration `json:"maxHold,omitempty"`
 
 	// Enforce, when set, makes the API server itself refuse writes (create,
-	// update, patch, delete, exec) into the target namespace by this
-	// namespace's pipeline service accounts, unless they come from the
+	// update, patch, delete, exec, attach, port-forward) of objects in the
+	// target namespace, and updates and deletes of the namespace itself, by
+	// this namespace's pipeline service accounts, unless they come from the
 	// holder: a pod-backed holder's pod (its token's pod UID is the claim's
 	// spec.podRef.uid), or a pod-less holder's verified requester. While the
-	// lock is free, every such write is refused. Reads are never restricted,
-	// and nobody else is (people, controllers, GitOps agents, other
-	// namespaces' pipelines). The target namespace must consent with the
-	// label buildlock.io/locked-by=<this namespace>; the Enforced condition
-	// says which half is missing. Needs the chart's enforcement policies
+	// lock is free, every such write is refused. Reads are never restricted
+	// (a proxy's GET included), nor are server-side dry runs, cluster-scoped
+	// objects, or anybody else (people, controllers, GitOps agents, other
+	// namespaces' pipelines); while the lock's grant Lease is missing, every
+	// write into the target is refused, whoever sends it. The target
+	// namespace must consent with the label buildlock.io/locked-by=<this
+	// namespace>, which only people may set or remove; the Enforced
+	// condition says Enforcing once the API server was seen to refuse, or
+	// what is missing. Needs the chart's enforcement policies
 	// (enforcement.enabled).
 	// +optional
 	Enforce *Enforcement `json:"enforce,omitempty"`

@@ -189,7 +189,8 @@ var _ = Describe("The enforced lock", Ordered, func() {
 	})
 
 	It("overwrites a requester a client tries to set for another", func() {
-		bl := newClaim(ci, "docs-1", claimOpts{target: target, repo: "acme/docs", build: 1})
+		// Another target: a newer build on this one would supersede the waiter.
+		bl := newClaim(ci, "docs-1", claimOpts{target: "docs-only", repo: "acme/docs", build: 1})
 		bl.Spec.Requester = &buildlockv1.Requester{Username: "alice", PodUID: string(shop.UID)}
 		Expect(identity{user: pipeline}.client().Create(ctx, bl)).To(Succeed())
 		Expect(getClaim(Default, ci, "docs-1").Spec.Requester).To(Equal(&buildlockv1.Requester{Username: pipeline}))

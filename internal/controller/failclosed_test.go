@@ -105,6 +105,15 @@ var _ = Describe("Enforcement that fails closed", Ordered, func() {
 		Expect(identity{user: pipeline, pod: pod}.client().Create(ctx, bl)).To(Succeed())
 	}
 
+	// expectFenced waits until the waiter's write into the target is
+	// refused: what a spec that expects a write to be admitted starts from.
+	expectFenced := func() {
+		GinkgoHelper()
+		Eventually(func() error {
+			return deploy(identity{user: pipeline, pod: web}, target, fmt.Sprintf("fenced-%d", time.Now().UnixNano()))
+		}).Should(beRefusedWith("held by BuildLock"), "the waiter is fenced out of the target")
+	}
+
 	BeforeAll(func() {
 		ci = newNamespace()
 		target = "fc-" + ci[len("bl-"):]
@@ -209,6 +218,7 @@ var _ = Describe("Enforcement that fails closed", Ordered, func() {
 
 	// Issue 21, item 7.
 	It("judges no cluster-scoped write", func() {
+		expectFenced()
 		grantClusterWide(pipeline, schedulingv1.GroupName, "priorityclasses")
 		pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: "fc-" + ci[len("bl-"):]}, Value: 1000}
 		Expect(identity{user: pipeline, pod: web}.client().Create(ctx, pc)).To(Succeed(), "a waiter's PriorityClass")
@@ -217,6 +227,7 @@ var _ = Describe("Enforcement that fails closed", Ordered, func() {
 
 	// Issue 21, item 16.
 	It("admits reads through a proxy and dry runs of non-holders, but fences exec and the probe's dry run", func() {
+		expectFenced()
 		clientset, err := kubernetes.NewForConfig(identity{user: pipeline, pod: web}.config())
 		Expect(err).NotTo(HaveOccurred())
 		proxied := clientset.CoreV1().RESTClient().Get().Namespace(target).Resource("pods").Name("app").SubResource("proxy").Do(ctx).Error()
@@ -349,6 +360,8 @@ var _ = Describe("A target that is its own claims namespace", func() {
 			bl.Spec.PodRef = &buildlockv1.PodReference{Name: pod.Name, UID: string(pod.UID)}
 			return bl
 		}
+		Eventually(func() error { return deploy(identity{user: pipeline, pod: shop}, self, "before-any-claim") }).
+			Should(beRefusedWith("nobody holds the lock"), "the namespace is fenced")
 		asShop, asWeb := identity{user: pipeline, pod: shop}.client(), identity{user: pipeline, pod: web}.client()
 		Expect(asShop.Create(ctx, claim(shop, "acme/shop", 41))).To(Succeed(), "a claim while nobody holds")
 		expectPhase(self, "shop-41", buildlockv1.PhaseHeld)

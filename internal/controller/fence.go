@@ -53,10 +53,10 @@ const (
 	// the lock's before the fence counts as frozen: the API server's
 	// informer normally catches up within milliseconds.
 	fenceStaleAfter = 5 * time.Second
-	// fenceRetryMin is the first delay of the quick retries of a probe that
+	// fenceRetryFirst is the first delay of the quick retries of a probe that
 	// was admitted or saw an older grant; each retry doubles it, up to
 	// fenceStaleAfter.
-	fenceRetryMin = 100 * time.Millisecond
+	fenceRetryFirst = 100 * time.Millisecond
 	// probeLeasePrefix is the generateName of the probe's (dry-run) Lease.
 	probeLeasePrefix = "buildlock-probe-"
 	// probeMessagePrefix starts buildlock-enforce's refusal of the probe:
@@ -223,41 +223,14 @@ func (p *fenceProber) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Res
 // condition keeps the current one: admission was seen behind the grant,
 // but not yet for fenceStaleAfter.
 func (p *fenceProber) fence(ctx context.Context, lock arbiter.Lock, policy *buildlockv1.BuildLockPolicy, e *enforcement) (*metav1.Condition, time.Duration, error) {
-	gen := policy.Generation
-	ns := namespaceMetadata()
-	err := p.client.Get(ctx, types.NamespacedName{Name: lock.Target}, ns)
-	if err != nil && !apierrors.IsNotFound(err) {
-		return nil, 0, fmt.Errorf("reading namespace %s: %w", lock.Target, err)
+	lease, c, err := p.unprobed(ctx, lock, policy.Generation, e)
+	if err != nil || c != nil {
+		return c, fenceProbeInterval, err
 	}
-	if c := consentCondition(lock, ns.Labels, err == nil, gen); c != nil {
-		return p.settle(lock, c), 0, nil
-	}
-	if !p.policies.installed(validatingPolicyKind, enforcePolicyName) {
-		return p.settle(lock, enforced(gen, metav1.ConditionFalse, buildlockv1.ReasonPoliciesNotInstalled,
-			"The ValidatingAdmissionPolicy %s is not installed (the chart's enforcement.enabled, or config/enforcement): nothing is enforced.",
-			enforcePolicyName)), fenceProbeInterval, nil
-	}
-	var binding admissionv1.ValidatingAdmissionPolicyBinding
-	err = p.client.Get(ctx, types.NamespacedName{Name: bindingName(lock)}, &binding)
-	bound := err == nil && equality.Semantic.DeepEqual(binding.Spec, desiredBinding(lock).Spec)
-	if err != nil && !apierrors.IsNotFound(err) {
-		return nil, 0, fmt.Errorf("reading ValidatingAdmissionPolicyBinding %s: %w", bindingName(lock), err)
-	}
-	lease, err := getLease(ctx, p.client, lock)
-	if err != nil {
-		return nil, 0, err
-	}
-	if !bound || (lease != nil && !enforcementCurrent(lease, e)) {
-		// The lock reconciler has not caught up with the policy yet; its
-		// writes bring the lock back here.
-		return p.settle(lock, enforced(gen, metav1.ConditionFalse, buildlockv1.ReasonNotYetEnforced,
-			"The operator is still writing the binding %s and the grant Lease of %s: nothing is enforced yet.",
-			bindingName(lock), lock.Target)), fenceProbeInterval, nil
-	}
-
 	probeErr := p.send(ctx, lock)
 	result, seen := readProbe(lock, probeErr)
 	p.metrics.observeProbe(result)
+	gen := policy.Generation
 	switch result {
 	case probeAdmitted:
 		return enforced(gen, metav1.ConditionFalse, buildlockv1.ReasonNotYetEnforced,
@@ -276,17 +249,62 @@ func (p *fenceProber) fence(ctx context.Context, lock arbiter.Lock, policy *buil
 			"The operator could not probe the fence of namespace %s, so nothing says the API server enforces it: %s",
 			lock.Target, truncate(probeErr.Error(), maxEventNoteLength)), p.retry(lock, fenceProbeInterval), nil
 	}
+	return p.judge(ctx, lock, gen, lease, seen)
+}
+
+// unprobed returns the lock's Enforced condition when no probe is needed to
+// tell it (the target does not consent, the policies are not installed, the
+// lock reconciler has not written the binding or the Lease yet), else nil
+// and the grant Lease the probe is to be judged against.
+func (p *fenceProber) unprobed(ctx context.Context, lock arbiter.Lock, gen int64, e *enforcement) (*coordinationv1.Lease, *metav1.Condition, error) {
+	ns := namespaceMetadata()
+	err := p.client.Get(ctx, types.NamespacedName{Name: lock.Target}, ns)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return nil, nil, fmt.Errorf("reading namespace %s: %w", lock.Target, err)
+	}
+	if c := consentCondition(lock, ns.Labels, err == nil, gen); c != nil {
+		return nil, p.settle(lock, c), nil
+	}
+	if !p.policies.installed(validatingPolicyKind, enforcePolicyName) {
+		return nil, p.settle(lock, enforced(gen, metav1.ConditionFalse, buildlockv1.ReasonPoliciesNotInstalled,
+			"The ValidatingAdmissionPolicy %s is not installed (the chart's enforcement.enabled, or config/enforcement): nothing is enforced.",
+			enforcePolicyName)), nil
+	}
+	var binding admissionv1.ValidatingAdmissionPolicyBinding
+	err = p.client.Get(ctx, types.NamespacedName{Name: bindingName(lock)}, &binding)
+	bound := err == nil && equality.Semantic.DeepEqual(binding.Spec, desiredBinding(lock).Spec)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return nil, nil, fmt.Errorf("reading ValidatingAdmissionPolicyBinding %s: %w", bindingName(lock), err)
+	}
+	lease, err := getLease(ctx, p.client, lock)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !bound || (lease != nil && !enforcementCurrent(lease, e)) {
+		// The lock reconciler has not caught up with the policy yet; its
+		// writes bring the lock back here.
+		return nil, p.settle(lock, enforced(gen, metav1.ConditionFalse, buildlockv1.ReasonNotYetEnforced,
+			"The operator is still writing the binding %s and the grant Lease of %s: nothing is enforced yet.",
+			bindingName(lock), lock.Target)), nil
+	}
+	return lease, nil, nil
+}
+
+// judge compares the grant a refused probe saw with the lock's grant Lease
+// (from the cache): Enforcing when they agree; when they do not for
+// fenceStaleAfter, and the API server's own Lease still disagrees,
+// FenceFrozen; until then nil, to look again shortly.
+func (p *fenceProber) judge(ctx context.Context, lock arbiter.Lock, gen int64, lease *coordinationv1.Lease, seen grantFence) (*metav1.Condition, time.Duration, error) {
 	if lease != nil && seen == fenceOf(lease) {
 		return p.settle(lock, enforcing(lock, gen)), fenceProbeInterval, nil
 	}
-	// Admission enforces another grant than the cache shows: one of the two
-	// is behind. Look again shortly; past fenceStaleAfter, ask the API
-	// server itself before calling the fence frozen.
+	// One of the two is behind.
 	now := p.clock.Now()
 	if since := p.stale(lock, now); now.Sub(since) < fenceStaleAfter {
 		return nil, p.retry(lock, fenceStaleAfter), nil
 	}
-	if lease, err = getLease(ctx, p.reader, lock); err != nil {
+	lease, err := getLease(ctx, p.reader, lock)
+	if err != nil {
 		return nil, 0, err
 	}
 	if lease != nil && seen == fenceOf(lease) {
@@ -386,7 +404,7 @@ func (p *fenceProber) retry(lock arbiter.Lock, limit time.Duration) time.Duratio
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := p.state(lock)
-	d := fenceRetryMin << min(s.retries, 10)
+	d := fenceRetryFirst << min(s.retries, 10)
 	s.retries++
 	return min(d, limit)
 }

@@ -133,7 +133,7 @@ var _ = Describe("Re-installing the enforcement policies", Ordered, func() {
 		claim("web-7", "acme/web", 7)
 		Eventually(phaseOf("web-7")).Should(Equal(buildlockv1.PhaseWaiting))
 		Eventually(func(g Gomega) string { return enforced(g).Reason }).Should(Equal(buildlockv1.ReasonEnforcing))
-		Expect(deployAs("web-7")).To(beRefusedWith("held by BuildLock ci/shop-41 (fencing token 1)"))
+		Eventually(func() error { return deployAs("web-7") }).Should(beRefusedWith("held by BuildLock ci/shop-41 (fencing token 1)"))
 
 		By("config/enforcement is removed and applied again (config/lease-informer stays)")
 		removeAndWait("web-7", testenv.EnforcementDir)
