@@ -69,8 +69,9 @@ var _ = Describe("Re-installing the enforcement policies", Ordered, func() {
 		g.Expect(c).NotTo(BeNil())
 		return c
 	}
-	// removeAndWait removes the given directories of config/ and waits
-	// until the API server has noticed: a waiter's write is admitted.
+	// removeAndWait removes the given directories of config/, in that
+	// order, and waits until the API server has noticed the last one's
+	// buildlock-enforce gone: a waiter's write is admitted.
 	removeAndWait := func(waiter string, dirs ...string) {
 		GinkgoHelper()
 		Expect(testenv.DeleteConfig(ctx, cfg2, dirs...)).To(Succeed())
@@ -155,7 +156,9 @@ var _ = Describe("Re-installing the enforcement policies", Ordered, func() {
 
 	It("reports a frozen fence on the Enforced condition and in a metric", func() {
 		By("removing the Lease informer's keep-alive too stops the API server's informer for good")
-		removeAndWait("api-3", testenv.EnforcementDir, testenv.LeaseInformerDir)
+		// The keep-alive first: once a waiter's write is admitted, the API
+		// server has refreshed its policies with neither left.
+		removeAndWait("api-3", testenv.LeaseInformerDir, testenv.EnforcementDir)
 		Expect(testenv.InstallEnforcement(ctx, cfg2)).To(Succeed())
 		finish("web-7")
 		Eventually(phaseOf("api-3")).Should(Equal(buildlockv1.PhaseHeld))
