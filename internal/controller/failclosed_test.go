@@ -378,6 +378,42 @@ var _ = Describe("A target that is its own claims namespace", func() {
 	})
 })
 
+var _ = Describe("The enforcement binding", func() {
+	It("is written once, not again on every decision of its lock", func() {
+		ns := newNamespace()
+		target := "bd-" + ns[len("bl-"):]
+		namespaceNamed(target, map[string]string{buildlockv1.LockedByLabel: ns})
+		writes := newWriteCounter()
+		startScopedManager(testenv.ManagerOptions{NewClient: testenv.InterceptClient(*writes.funcs())}, ns)
+		policy := &buildlockv1.BuildLockPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: target}}
+		policy.Spec.Enforce = &buildlockv1.Enforcement{}
+		Expect(k8sClient.Create(ctx, policy)).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(policy), policy)).To(Succeed())
+			g.Expect(meta.FindStatusCondition(policy.Status.Conditions, buildlockv1.ConditionEnforced)).
+				To(HaveValue(HaveField("Reason", buildlockv1.ReasonEnforcing)))
+		}).Should(Succeed())
+		// The binding is the manager's only cluster-scoped write.
+		bindingWrites := writes.total("")
+		Expect(bindingWrites).To(Equal(1), "the binding's create")
+
+		for _, c := range []struct {
+			name, repo string
+			build      int64
+			phase      buildlockv1.Phase
+		}{{"shop-41", "acme/shop", 41, buildlockv1.PhaseHeld}, {"web-7", "acme/web", 7, buildlockv1.PhaseWaiting}} {
+			pod := createPod(ns, c.name)
+			bl := newClaim(ns, c.name, claimOpts{target: target, repo: c.repo, build: c.build})
+			bl.Spec.PodRef = &buildlockv1.PodReference{Name: pod.Name, UID: string(pod.UID)}
+			Expect(k8sClient.Create(ctx, bl)).To(Succeed())
+			expectPhase(ns, c.name, c.phase)
+		}
+		setPodPhase(ns, "shop-41", corev1.PodSucceeded)
+		expectPhase(ns, "web-7", buildlockv1.PhaseHeld)
+		Expect(writes.total("")).To(Equal(bindingWrites), "a hand-off writes no binding")
+	})
+})
+
 // grantClusterWide lets user create the given cluster-scoped resource.
 func grantClusterWide(user, group, resource string) {
 	GinkgoHelper()

@@ -538,7 +538,8 @@ func (a *admissionPolicies) installed(kind, name string) bool {
 // and guard it (buildlock-force-release) are installed: without them, the
 // stamp is anybody's word.
 func (a *admissionPolicies) unverify(claims []arbiter.Claim) {
-	if a.installed(mutatingPolicyKind, forceReleasePolicyName) && a.installed(validatingPolicyKind, forceReleasePolicyName) {
+	stamped := slices.ContainsFunc(claims, func(c arbiter.Claim) bool { return c.ForceReleasedBy != "" })
+	if !stamped || a.installed(mutatingPolicyKind, forceReleasePolicyName) && a.installed(validatingPolicyKind, forceReleasePolicyName) {
 		return
 	}
 	for i := range claims {
