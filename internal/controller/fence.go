@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -22,7 +21,6 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -65,12 +63,8 @@ const (
 	// paramMissingMessage is the API server's refusal by a binding with
 	// parameterNotFoundAction Deny whose parameter it cannot find.
 	paramMissingMessage = "no params found for policy binding"
-	// forceReleasePolicyName names the mutating and the validating
-	// admission policies that stamp and guard buildlockv1.ForceReleasedByAnnotation.
-	forceReleasePolicyName = "buildlock-force-release"
 )
 
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicies;mutatingadmissionpolicies,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=users,verbs=impersonate,resourceNames=buildlock:enforcement-probe
 
 // fenceProber is the controller that probes enforced locks' fences and
@@ -491,117 +485,4 @@ func setupFenceProber(mgr ctrl.Manager, o Options, r *LockReconciler) error {
 		return fmt.Errorf("setting up the fence prober: %w", err)
 	}
 	return nil
-}
-
-// admissionPolicies knows which admission policies the API server has, by
-// name, from the cache's metadata informers of ValidatingAdmissionPolicies
-// and MutatingAdmissionPolicies. A nil *admissionPolicies knows of none.
-type admissionPolicies struct{ cache client.Reader }
-
-// The kinds of admission policies.
-const (
-	validatingPolicyKind = "ValidatingAdmissionPolicy"
-	mutatingPolicyKind   = "MutatingAdmissionPolicy"
-)
-
-// watchAdmissionPolicies registers the informers of admission policies'
-// metadata with mgr's cache.
-func watchAdmissionPolicies(mgr ctrl.Manager) (*admissionPolicies, error) {
-	for _, kind := range []string{validatingPolicyKind, mutatingPolicyKind} {
-		if _, err := mgr.GetCache().GetInformer(context.Background(), policyMetadata(kind), cache.BlockUntilSynced(false)); err != nil {
-			return nil, fmt.Errorf("registering the informer of %ss: %w", kind, err)
-		}
-	}
-	return &admissionPolicies{cache: mgr.GetCache()}, nil
-}
-
-// policyMetadata is the type under which admission policies of kind are
-// watched: their names say what is installed.
-func policyMetadata(kind string) *metav1.PartialObjectMetadata {
-	obj := &metav1.PartialObjectMetadata{}
-	obj.SetGroupVersionKind(admissionv1.SchemeGroupVersion.WithKind(kind))
-	return obj
-}
-
-// installed reports whether the cache holds the admission policy of that
-// kind and name; when it cannot tell, it says no.
-func (a *admissionPolicies) installed(kind, name string) bool {
-	if a == nil {
-		return false
-	}
-	// A read from the cache: the context only bounds a wait that an
-	// informer registered before the manager started never needs.
-	return a.cache.Get(context.Background(), types.NamespacedName{Name: name}, policyMetadata(kind)) == nil
-}
-
-// unverify clears claims' ForceReleasedBy unless the policies that stamp
-// and guard it (buildlock-force-release) are installed: without them, the
-// stamp is anybody's word.
-func (a *admissionPolicies) unverify(claims []arbiter.Claim) {
-	stamped := slices.ContainsFunc(claims, func(c arbiter.Claim) bool { return c.ForceReleasedBy != "" })
-	if !stamped || a.installed(mutatingPolicyKind, forceReleasePolicyName) && a.installed(validatingPolicyKind, forceReleasePolicyName) {
-		return
-	}
-	for i := range claims {
-		claims[i].ForceReleasedBy = ""
-	}
-}
-
-// fenceMetrics are the fence prober's metrics.
-type fenceMetrics struct {
-	probes  *prometheus.CounterVec
-	mu      sync.Mutex
-	reasons map[arbiter.Lock]string
-}
-
-var enforcedLocksDesc = prometheus.NewDesc("buildlock_enforced_locks",
-	"Locks whose policy enforces them, by the reason of their Enforced condition (FenceFrozen: admission enforces an old grant), as last probed by this manager.",
-	[]string{"reason"}, nil)
-
-// newFenceMetrics creates the fence metrics and registers them with reg.
-func newFenceMetrics(reg prometheus.Registerer) *fenceMetrics {
-	m := &fenceMetrics{
-		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "buildlock_fence_probes_total",
-			Help: "Probe writes into enforced targets, by what the API server did: refused, admitted, paramMissing or failed.",
-		}, []string{"result"}),
-		reasons: map[arbiter.Lock]string{},
-	}
-	reg.MustRegister(m.probes, fenceCollector{m})
-	return m
-}
-
-func (m *fenceMetrics) observeProbe(r probeResult) {
-	m.probes.WithLabelValues([...]string{"admitted", "refused", "paramMissing", "failed"}[r]).Inc()
-}
-
-// set records the lock's Enforced reason; "" forgets the lock.
-func (m *fenceMetrics) set(lock arbiter.Lock, reason string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if reason == "" {
-		delete(m.reasons, lock)
-		return
-	}
-	m.reasons[lock] = reason
-}
-
-// fenceCollector exports buildlock_enforced_locks.
-type fenceCollector struct{ m *fenceMetrics }
-
-// Describe sends the gauge's description.
-func (c fenceCollector) Describe(ch chan<- *prometheus.Desc) { ch <- enforcedLocksDesc }
-
-// Collect sends the number of enforced locks by reason; FenceFrozen always,
-// so that an alert on it has a series to compare.
-func (c fenceCollector) Collect(ch chan<- prometheus.Metric) {
-	c.m.mu.Lock()
-	counts := map[string]int{buildlockv1.ReasonFenceFrozen: 0}
-	for _, reason := range c.m.reasons {
-		counts[reason]++
-	}
-	c.m.mu.Unlock()
-	for reason, n := range counts {
-		ch <- prometheus.MustNewConstMetric(enforcedLocksDesc, prometheus.GaugeValue, float64(n), reason)
-	}
 }
