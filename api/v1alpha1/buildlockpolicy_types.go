@@ -37,9 +37,10 @@ const (
 // follows NewestWins).
 const ConditionReady = "Ready"
 
-// ConditionEnforced on a BuildLockPolicy with spec.enforce is True while the
-// API server fences the target namespace, and False with the reason when it
-// does not.
+// ConditionEnforced on a BuildLockPolicy with spec.enforce is True once the
+// API server was seen to fence the target namespace with the lock's
+// current grant (the operator's probe write was refused), False with the
+// reason when it does not, and Unknown when the probe could not tell.
 const ConditionEnforced = "Enforced"
 
 // LockedByLabel on a namespace names the claims namespace whose lock may
@@ -59,8 +60,33 @@ const (
 // Reasons on a BuildLockPolicy's Enforced condition.
 const (
 	// ReasonEnforcing means the target namespace consents and its writes
-	// are fenced.
+	// are fenced: the API server refused the operator's probe write, with
+	// the lock's current grant. The operator probes after every change of
+	// the grant and every minute.
 	ReasonEnforcing = "Enforcing"
+	// ReasonNotYetEnforced means the API server still admits the probe
+	// write: a new binding or consent takes effect within about a second
+	// (the API server's policy refresh), or the operator has not written
+	// the binding yet.
+	ReasonNotYetEnforced = "NotYetEnforced"
+	// ReasonFenceFrozen means the API server enforces an older grant than
+	// the lock's for longer than a few seconds: its informer of Lease
+	// parameters stopped (enforcement's admission policies were removed
+	// and installed again while no other policy used Leases). Hand-offs do
+	// not move the fence until every kube-apiserver is restarted.
+	ReasonFenceFrozen = "FenceFrozen"
+	// ReasonGrantLeaseMissing means the API server finds no grant Lease for
+	// the lock: it refuses every write into the target, from anyone, until
+	// the operator has recreated it.
+	ReasonGrantLeaseMissing = "GrantLeaseMissing"
+	// ReasonPoliciesNotInstalled means the buildlock-enforce admission
+	// policy is not installed (the chart's enforcement.enabled, or
+	// config/enforcement): nothing is enforced.
+	ReasonPoliciesNotInstalled = "PoliciesNotInstalled"
+	// ReasonProbeFailed means the operator could not probe the fence (for
+	// example, it may not impersonate EnforcementProbeUser); the message
+	// says why. The condition is Unknown.
+	ReasonProbeFailed = "ProbeFailed"
 	// ReasonConsentMissing means the target namespace lacks the label
 	// buildlock.io/locked-by=<claims namespace> (or does not exist):
 	// nothing is enforced.
@@ -93,15 +119,20 @@ type BuildLockPolicySpec struct {
 	MaxHold *metav1.Duration `json:"maxHold,omitempty"`
 
 	// Enforce, when set, makes the API server itself refuse writes (create,
-	// update, patch, delete, exec) into the target namespace by this
-	// namespace's pipeline service accounts, unless they come from the
+	// update, patch, delete, exec, attach, port-forward) of objects in the
+	// target namespace, and updates and deletes of the namespace itself, by
+	// this namespace's pipeline service accounts, unless they come from the
 	// holder: a pod-backed holder's pod (its token's pod UID is the claim's
 	// spec.podRef.uid), or a pod-less holder's verified requester. While the
-	// lock is free, every such write is refused. Reads are never restricted,
-	// and nobody else is (people, controllers, GitOps agents, other
-	// namespaces' pipelines). The target namespace must consent with the
-	// label buildlock.io/locked-by=<this namespace>; the Enforced condition
-	// says which half is missing. Needs the chart's enforcement policies
+	// lock is free, every such write is refused. Reads are never restricted
+	// (a proxy's GET included), nor are server-side dry runs, cluster-scoped
+	// objects, or anybody else (people, controllers, GitOps agents, other
+	// namespaces' pipelines); while the lock's grant Lease is missing, every
+	// write into the target is refused, whoever sends it. The target
+	// namespace must consent with the label buildlock.io/locked-by=<this
+	// namespace>, which only people may set or remove; the Enforced
+	// condition says Enforcing once the API server was seen to refuse, or
+	// what is missing. Needs the chart's enforcement policies
 	// (enforcement.enabled).
 	// +optional
 	Enforce *Enforcement `json:"enforce,omitempty"`

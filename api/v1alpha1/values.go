@@ -91,6 +91,13 @@ const (
 	// Released with reason ForceReleased and hands the lock on. The
 	// annotation stays as the record of who did it.
 	ForceReleaseAnnotation = "buildlock.io/force-release"
+	// ForceReleasedByAnnotation names who set ForceReleaseAnnotation, as the
+	// API server authenticated them: the buildlock-force-release admission
+	// policies of enforcement stamp it on every request that sets, changes
+	// or removes ForceReleaseAnnotation, and refuse any other change of it.
+	// Without those policies anyone may write it, and the operator calls
+	// the force-release unverified.
+	ForceReleasedByAnnotation = "buildlock.io/force-released-by"
 	// RunIDAnnotation identifies the pipeline run that created a BuildLock
 	// (for example GitHub's run id and attempt, or a GitLab job id). A
 	// client re-attaches to an existing claim only when it carries the
@@ -100,6 +107,13 @@ const (
 	// MaxRunIDLength bounds RunIDAnnotation's value.
 	MaxRunIDLength = 128
 )
+
+// EnforcementProbeUser is the user name the operator impersonates to probe
+// an enforced lock's fence: a server-side dry-run create of a Lease in the
+// target namespace, which the buildlock-enforce admission policy judges as
+// a pipeline's that never holds. The operator's ClusterRole may impersonate
+// this one user; its only right is to create Leases.
+const EnforcementProbeUser = "buildlock:enforcement-probe"
 
 // Bounds of free text that reaches a status message or an event.
 const (

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -400,15 +401,24 @@ func (d *demo) enforce(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
+	// The operator says Enforcing once the API server refused its probe.
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, d.timeout, true, func(ctx context.Context) (bool, error) {
+		if err := d.client.Get(ctx, client.ObjectKeyFromObject(policy), policy); err != nil {
+			return false, err
+		}
+		c := meta.FindStatusCondition(policy.Status.Conditions, buildlockv1.ConditionEnforced)
+		return c != nil && c.Reason == buildlockv1.ReasonEnforcing, nil
+	}); err != nil {
+		return fmt.Errorf("step %d: the policy of %s never said Enforcing: %w", d.step, target, err)
+	}
 	if err := d.kubectl(ctx, "get", "buildlockpolicies"); err != nil {
 		return err
 	}
 
 	d.begin("The pipeline of web #7, which was superseded, tries to deploy anyway; shop #42's pipeline,\n" +
 		"which holds the lock, deploys.")
-	// The API server learns of the lock's new binding through its own
-	// informer: until it does, a write is still admitted (and removed
-	// again here).
+	// Enforcing means the API server refused a write already; should a
+	// write still be admitted, it is removed again here.
 	var last error
 	attempt := 0
 	refused := func(ctx context.Context) (bool, error) {

@@ -644,6 +644,17 @@ func TestMessages(t *testing.T) {
 			warn: "Build 5 of acme/web@main has held staging for over 80 % of its maximum hold of 1h0m0s; " +
 				"the hold expires at 2026-03-02T10:30:00Z.",
 		},
+		"a force-release names who the API server verified set it, and quotes the annotation": {
+			claims: []Claim{verifiedBy(forceReleased(held(web5, 7)), "system:serviceaccount:other:pipeline"), waiting(shop42)},
+			grant:  webHolds, claim: "web-5",
+			want: `Build 5 of acme/web@main was force-released by "system:serviceaccount:other:pipeline" ` +
+				`("alice: stuck deploy"); its hold on staging ends; stop deploying.`,
+		},
+		"an unverified force-release says so": {
+			claims: []Claim{held(web5, 7), forceReleased(waiting(shop42))}, grant: webHolds, claim: "shop-42",
+			want: `Build 42 of acme/shop@main was force-released by an unverified requester ("alice: stuck deploy"); ` +
+				"it leaves the queue for staging.",
+		},
 		"a terminal claim keeps its stored message": {
 			claims: []Claim{inPhase(shop42, Superseded)}, claim: "shop-42", want: "",
 		},

@@ -40,8 +40,9 @@ func forceReleased(c Claim) Claim {
 	c.ForceRelease = "alice: stuck deploy"
 	return c
 }
-func created(c Claim, minute int) Claim  { c.Created = at(minute); return c }
-func queuedAt(c Claim, minute int) Claim { c.Phase, c.QueuedAt = Waiting, at(minute); return c }
+func verifiedBy(c Claim, user string) Claim { c.ForceReleasedBy = user; return c }
+func created(c Claim, minute int) Claim     { c.Created = at(minute); return c }
+func queuedAt(c Claim, minute int) Claim    { c.Phase, c.QueuedAt = Waiting, at(minute); return c }
 
 // renewing gives c a renewal the operator has not recorded, stamped at
 // minute; renewedAt one it recorded at minute.

@@ -67,7 +67,11 @@ func (d *decider) message(i int, grant Grant) string {
 		if d.wasHolding(i) {
 			what = "its hold on " + target + " ends; stop deploying"
 		}
-		return fmt.Sprintf("%s was force-released (%s); %s.", capitalized(build(c)), quote(c.ForceRelease), what)
+		by := "an unverified requester"
+		if c.ForceReleasedBy != "" {
+			by = quote(c.ForceReleasedBy)
+		}
+		return fmt.Sprintf("%s was force-released by %s (%s); %s.", capitalized(build(c)), by, quote(c.ForceRelease), what)
 	case ReasonLockLost:
 		return fmt.Sprintf("The grant record of %s no longer names %s; stop deploying, and create a new "+
 			"BuildLock to claim %s again.", target, build(c), target)

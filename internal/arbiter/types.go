@@ -128,6 +128,11 @@ type Claim struct {
 	// free text: messages quote at most MaxQuotedLength characters of it,
 	// escaped.
 	ForceRelease string
+	// ForceReleasedBy is who set ForceRelease, as the API server
+	// authenticated them (the force-released-by stamp of enforcement's
+	// admission policies); empty when nothing verified it. Messages quote
+	// it.
+	ForceReleasedBy string
 	// Writer is who may write into an enforced target while this claim
 	// holds it; the grant records it.
 	Writer Writer

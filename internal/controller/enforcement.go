@@ -8,7 +8,6 @@ import (
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -121,7 +120,10 @@ func bindingName(lock arbiter.Lock) string {
 // lock's Lease as its parameter, to writes into the target namespace when it
 // consents (buildlock.io/locked-by=<claims namespace>): without the label
 // the binding matches nothing, and two claims namespaces can never both
-// fence one target.
+// fence one target. While the Lease is missing (deleted by hand; the lock
+// reconciler recreates it), the binding refuses every write it matches,
+// whoever sends it: the fence fails closed, and the consent label stays the
+// break-glass (an update that removes it is not matched).
 func desiredBinding(lock arbiter.Lock) *admissionv1.ValidatingAdmissionPolicyBinding {
 	return &admissionv1.ValidatingAdmissionPolicyBinding{
 		ObjectMeta: metav1.ObjectMeta{
@@ -137,13 +139,17 @@ func desiredBinding(lock arbiter.Lock) *admissionv1.ValidatingAdmissionPolicyBin
 			ParamRef: &admissionv1.ParamRef{
 				Name:                    buildlockv1.GrantLeaseName(lock.Target),
 				Namespace:               lock.Namespace,
-				ParameterNotFoundAction: ptr.To(admissionv1.AllowAction),
+				ParameterNotFoundAction: ptr.To(admissionv1.DenyAction),
 			},
+			// With the API server's defaults spelled out, so that a binding
+			// read back compares equal and is not written again.
 			MatchResources: &admissionv1.MatchResources{
 				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{
 					namespaceNameLabel:        lock.Target,
 					buildlockv1.LockedByLabel: lock.Namespace,
 				}},
+				ObjectSelector: &metav1.LabelSelector{},
+				MatchPolicy:    ptr.To(admissionv1.Equivalent),
 			},
 			ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny},
 		},
@@ -181,52 +187,34 @@ func (r *LockReconciler) syncBinding(ctx context.Context, lock arbiter.Lock, e *
 	return nil
 }
 
-// enforcedCondition says whether the target namespace consents: the
-// policy's Enforced condition.
-func (r *LockReconciler) enforcedCondition(ctx context.Context, lock arbiter.Lock, generation int64) (metav1.Condition, error) {
-	c := metav1.Condition{Type: buildlockv1.ConditionEnforced, ObservedGeneration: generation}
-	ns := &metav1.PartialObjectMetadata{}
-	ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
-	err := r.Client.Get(ctx, types.NamespacedName{Name: lock.Target}, ns)
-	switch {
-	case apierrors.IsNotFound(err):
-		c.Status, c.Reason = metav1.ConditionFalse, buildlockv1.ReasonConsentMissing
+// consentCondition is the Enforced condition as far as the target namespace
+// decides it: False with the reason when the namespace does not exist or
+// does not consent to this lock, nil when it consents (then only a probe
+// can say whether the fence is in effect). labels are the namespace's, nil
+// when it does not exist. It has no receiver, to facilitate testing.
+func consentCondition(lock arbiter.Lock, labels map[string]string, exists bool, generation int64) *metav1.Condition {
+	c := &metav1.Condition{Type: buildlockv1.ConditionEnforced, Status: metav1.ConditionFalse, ObservedGeneration: generation}
+	switch owner, labeled := labels[buildlockv1.LockedByLabel]; {
+	case !exists:
+		c.Reason = buildlockv1.ReasonConsentMissing
 		c.Message = fmt.Sprintf("Namespace %s does not exist; once it does, label it %s=%s to consent, and pipeline writes into it will be fenced.",
 			lock.Target, buildlockv1.LockedByLabel, lock.Namespace)
-		return c, nil
-	case err != nil:
-		return c, fmt.Errorf("reading namespace %s: %w", lock.Target, err)
-	}
-	switch owner, labeled := ns.Labels[buildlockv1.LockedByLabel]; {
 	case !labeled:
-		c.Status, c.Reason = metav1.ConditionFalse, buildlockv1.ReasonConsentMissing
+		c.Reason = buildlockv1.ReasonConsentMissing
 		c.Message = fmt.Sprintf("The policy asks for enforcement, but namespace %s does not consent: label it %s=%s. Nothing is enforced.",
 			lock.Target, buildlockv1.LockedByLabel, lock.Namespace)
 	case owner != lock.Namespace:
-		c.Status, c.Reason = metav1.ConditionFalse, buildlockv1.ReasonConflict
+		c.Reason = buildlockv1.ReasonConflict
 		c.Message = fmt.Sprintf("Namespace %s consents to the lock of namespace %s (label %s=%s), not this one: this policy enforces nothing.",
 			lock.Target, owner, buildlockv1.LockedByLabel, owner)
 	default:
-		c.Status, c.Reason = metav1.ConditionTrue, buildlockv1.ReasonEnforcing
-		c.Message = fmt.Sprintf("Writes into namespace %s by pipeline service accounts of %s are admitted only from the holder of its lock.",
-			lock.Target, lock.Namespace)
-	}
-	return c, nil
-}
-
-// syncEnforcement keeps the lock's binding in line with its policy, and
-// computes the policy's Enforced condition.
-func (r *LockReconciler) syncEnforcement(ctx context.Context, lock arbiter.Lock, p *lockPolicy) error {
-	if err := r.syncBinding(ctx, lock, p.enforce); err != nil {
-		return err
-	}
-	if p.enforce == nil {
 		return nil
 	}
-	c, err := r.enforcedCondition(ctx, lock, p.object.Generation)
-	if err != nil {
-		return err
-	}
-	p.enforced = c
-	return nil
+	return c
+}
+
+// syncEnforcement keeps the lock's binding in line with its policy. The
+// policy's Enforced condition is the fence prober's (fence.go).
+func (r *LockReconciler) syncEnforcement(ctx context.Context, lock arbiter.Lock, p *lockPolicy) error {
+	return r.syncBinding(ctx, lock, p.enforce)
 }

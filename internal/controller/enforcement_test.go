@@ -35,7 +35,17 @@ type identity struct {
 
 func (id identity) client() client.Client {
 	GinkgoHelper()
-	c := rest.CopyConfig(cfg)
+	cl, err := client.New(id.config(), client.Options{Scheme: scheme})
+	Expect(err).NotTo(HaveOccurred())
+	return cl
+}
+
+// config is a connection to the suite's API server as id.
+func (id identity) config() *rest.Config { return id.configOn(cfg) }
+
+// configOn is a connection to the API server of base as id.
+func (id identity) configOn(base *rest.Config) *rest.Config {
+	c := rest.CopyConfig(base)
 	c.Impersonate = rest.ImpersonationConfig{UserName: id.user, Groups: []string{"system:authenticated"}}
 	if rest, ok := strings.CutPrefix(id.user, "system:serviceaccount:"); ok {
 		ns, _, _ := strings.Cut(rest, ":")
@@ -47,9 +57,7 @@ func (id identity) client() client.Client {
 			"authentication.kubernetes.io/pod-uid":  {string(id.pod.UID)},
 		}
 	}
-	cl, err := client.New(c, client.Options{Scheme: scheme})
-	Expect(err).NotTo(HaveOccurred())
-	return cl
+	return c
 }
 
 // grantAll gives user every right in namespace ns.
@@ -181,7 +189,8 @@ var _ = Describe("The enforced lock", Ordered, func() {
 	})
 
 	It("overwrites a requester a client tries to set for another", func() {
-		bl := newClaim(ci, "docs-1", claimOpts{target: target, repo: "acme/docs", build: 1})
+		// Another target: a newer build on this one would supersede the waiter.
+		bl := newClaim(ci, "docs-1", claimOpts{target: "docs-only", repo: "acme/docs", build: 1})
 		bl.Spec.Requester = &buildlockv1.Requester{Username: "alice", PodUID: string(shop.UID)}
 		Expect(identity{user: pipeline}.client().Create(ctx, bl)).To(Succeed())
 		Expect(getClaim(Default, ci, "docs-1").Spec.Requester).To(Equal(&buildlockv1.Requester{Username: pipeline}))

@@ -40,7 +40,7 @@ type observation struct {
 	// floor is the namespace's token floor, read only when lease is nil.
 	floor int64
 	// verifiedSince is when claims' spec.requester became the API
-	// server's word (zero: it is not; see requestersVerifiedSince).
+	// server's word (zero: it is not; see admissionPolicies.requestersVerifiedSince).
 	verifiedSince time.Time
 	pods          map[string]arbiter.PodState
 	// podErr is the first error reading a pod: that pod is unknown (alive to
@@ -195,8 +195,10 @@ func toArbiterClaim(bl *buildlockv1.BuildLock, pods map[string]arbiter.PodState,
 		Pod:          arbiter.NoPod,
 		ExpiresAfter: buildlockv1.DefaultExpiresAfter,
 		ForceRelease: bl.Annotations[buildlockv1.ForceReleaseAnnotation],
-		Writer:       writerOf(bl),
-		Deleting:     bl.DeletionTimestamp != nil,
+		// Verified only with the policies that stamp it (admissionPolicies.unverify).
+		ForceReleasedBy: bl.Annotations[buildlockv1.ForceReleasedByAnnotation],
+		Writer:          writerOf(bl),
+		Deleting:        bl.DeletionTimestamp != nil,
 	}
 	if bl.Status.AcquiredAt != nil {
 		c.AcquiredAt = bl.Status.AcquiredAt.Time

@@ -23,9 +23,8 @@ type lockPolicy struct {
 	// ready is the Ready condition object's status must have.
 	ready metav1.Condition
 	// enforce is what the policy asks the API server to enforce (nil:
-	// nothing), and enforced the Enforced condition its status must have.
-	enforce  *enforcement
-	enforced metav1.Condition
+	// nothing). Its Enforced condition is the fence prober's.
+	enforce *enforcement
 }
 
 // lockPolicy reads the lock's BuildLockPolicy from the cache and turns it
@@ -90,7 +89,8 @@ var orderings = map[buildlockv1.Ordering]arbiter.Ordering{
 }
 
 // updatePolicyStatus writes the policy's Ready condition when it changed,
-// conditional on the policy being the one it was computed from.
+// conditional on the policy being the one it was computed from. It keeps
+// the Enforced condition as it is: the fence prober writes that one.
 func (r *LockReconciler) updatePolicyStatus(ctx context.Context, p lockPolicy) error {
 	if p.object == nil {
 		return nil
@@ -99,12 +99,6 @@ func (r *LockReconciler) updatePolicyStatus(ctx context.Context, p lockPolicy) e
 	status.ObservedGeneration = p.object.Generation
 	p.ready.LastTransitionTime = metav1.Now()
 	changed := meta.SetStatusCondition(&status.Conditions, p.ready)
-	if p.enforce != nil {
-		p.enforced.LastTransitionTime = p.ready.LastTransitionTime
-		changed = meta.SetStatusCondition(&status.Conditions, p.enforced) || changed
-	} else {
-		changed = meta.RemoveStatusCondition(&status.Conditions, buildlockv1.ConditionEnforced) || changed
-	}
 	if !changed && status.ObservedGeneration == p.object.Status.ObservedGeneration {
 		return nil
 	}

@@ -88,7 +88,7 @@
 //     (leaseCurrent) is a compare-and-swap on the Lease it read.
 //   - spec.requester is a claim's Identity only on claims created at least
 //     RequesterSettle after the requester admission policy and its binding,
-//     while both exist (requestersVerifiedSince): a claim created before
+//     while both exist (admissionPolicies.requestersVerifiedSince): a claim created before
 //     may carry a requester its client wrote. A creationTimestamp and a
 //     policy's never change, so only a policy deleted a moment ago can be
 //     stale in the cache.
@@ -150,12 +150,11 @@ type LockReconciler struct {
 	Decide func(arbiter.Lock, []arbiter.Claim, arbiter.Grant, time.Time, arbiter.Policy) arbiter.Decision
 	// Metrics receives what happened; nil records nothing.
 	Metrics *Metrics
+	// Admission knows which admission policies are installed; nil: none.
+	Admission *admissionPolicies
 
 	// memory is what this manager remembers of the Leases (see leaseMemory).
 	memory *leaseMemory
-	// verifyRequesters says that the cluster serves MutatingAdmissionPolicies,
-	// and the cache holds the requester policy (requestersVerifiedSince).
-	verifyRequesters bool
 }
 
 // foreignLeaseRecheck is how soon a lock whose grant Lease name is taken by
@@ -171,7 +170,6 @@ const foreignLeaseRecheck = time.Minute
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicybindings,verbs=get;list;watch;create;update;delete
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingadmissionpolicies;mutatingadmissionpolicybindings,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile decides one lock and applies the decision; a request named
@@ -422,7 +420,7 @@ func (r *LockReconciler) observeGrantAndPods(ctx context.Context, reader client.
 			obs.floor, _, leaseErr = readTokenFloor(ctx, r.APIReader, lock.Namespace)
 		}
 	})
-	obs.verifiedSince = r.requestersVerifiedSince(ctx)
+	obs.verifiedSince = r.Admission.requestersVerifiedSince(r.RequesterSettle)
 	obs.pods, obs.podErr = r.observePods(ctx, claims, knownPods)
 	wg.Wait()
 	if leaseErr != nil {
@@ -583,6 +581,7 @@ func showsHeld(claims []buildlockv1.BuildLock) bool {
 
 func (r *LockReconciler) decide(lock arbiter.Lock, obs observation, now time.Time, policy arbiter.Policy) arbiter.Decision {
 	claims, grant := arbiterInputs(obs, r.memory.highest(lock))
+	r.Admission.unverify(claims)
 	decide := r.Decide
 	if decide == nil {
 		decide = arbiter.Decide

@@ -10,7 +10,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -199,20 +198,15 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	r.Metrics.clock = o.Clock
 	// Register every informer the controller watches or reads before the
 	// manager starts, so that waiting for the cache to sync (readiness,
-	// tests) covers them all. The requester policy only where the cluster
-	// serves MutatingAdmissionPolicies: elsewhere requesters are never
-	// verified.
-	informers := []client.Object{&buildlockv1.BuildLock{}, &buildlockv1.BuildLockPolicy{}, &coordinationv1.Lease{},
-		&admissionv1.ValidatingAdmissionPolicyBinding{}, &corev1.Pod{}, namespaceMetadata()}
-	if _, err := mgr.GetRESTMapper().RESTMapping(admissionv1.SchemeGroupVersion.WithKind("MutatingAdmissionPolicy").GroupKind(),
-		admissionv1.SchemeGroupVersion.Version); err == nil {
-		r.verifyRequesters = true
-		informers = append(informers, &admissionv1.MutatingAdmissionPolicy{}, &admissionv1.MutatingAdmissionPolicyBinding{})
-	}
-	for _, obj := range informers {
+	// tests) covers them all (the admission policies' in setupFenceProber).
+	for _, obj := range []client.Object{&buildlockv1.BuildLock{}, &buildlockv1.BuildLockPolicy{}, &coordinationv1.Lease{},
+		&admissionv1.ValidatingAdmissionPolicyBinding{}, &corev1.Pod{}, namespaceMetadata()} {
 		if _, err := mgr.GetCache().GetInformer(context.Background(), obj, cache.BlockUntilSynced(false)); err != nil {
 			return fmt.Errorf("registering the informer of %T: %w", obj, err)
 		}
+	}
+	if err := setupFenceProber(mgr, o, r); err != nil {
+		return err
 	}
 	workers := o.Workers
 	if workers <= 0 {
@@ -250,15 +244,12 @@ func namespaceMetadata() *metav1.PartialObjectMetadata {
 // fields; and only buildlock's own Leases and bindings.
 func CacheOptions(namespaces []string) cache.Options {
 	ours := labels.SelectorFromSet(labels.Set{managedByLabel: managedByValue})
-	requester := fields.OneTermEqualSelector("metadata.name", requesterPolicyName)
 	opts := cache.Options{
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.Pod{}:           {Transform: stripPod},
 			&coordinationv1.Lease{}: {Label: ours},
 			&admissionv1.ValidatingAdmissionPolicyBinding{}: {Label: ours},
-			&admissionv1.MutatingAdmissionPolicy{}:          {Field: requester},
-			&admissionv1.MutatingAdmissionPolicyBinding{}:   {Field: requester},
 		},
 	}
 	if len(namespaces) > 0 {

@@ -18,35 +18,39 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// InstallEnforcement installs the admission policies of config/enforcement
-// (the ones the chart installs with enforcement.enabled): requests are then
-// admitted as in a cluster that enforces locks.
+// The directories of config/ that an enforcing installation applies: the
+// admission policies (and the probe's RBAC), and the policy that keeps the
+// API server's Lease parameter informer alive, which stays when the
+// policies go (the chart's enforcement.enabled installs both).
+const (
+	EnforcementDir   = "enforcement"
+	LeaseInformerDir = "lease-informer"
+)
+
+// InstallEnforcement installs config/enforcement and config/lease-informer
+// (what the chart installs with enforcement.enabled), and waits until the
+// API server applies the mutating policies: requests are then admitted as
+// in a cluster that enforces locks. Objects that exist already are left as
+// they are.
 func InstallEnforcement(ctx context.Context, cfg *rest.Config) error {
-	root, err := RepoRoot()
-	if err != nil {
-		return err
-	}
 	c, err := client.New(cfg, client.Options{Scheme: Scheme()})
 	if err != nil {
 		return fmt.Errorf("creating a client: %w", err)
 	}
-	files, err := filepath.Glob(filepath.Join(root, "config", "enforcement", "*.yaml"))
+	objs, err := ConfigObjects(EnforcementDir, LeaseInformerDir)
 	if err != nil {
-		return fmt.Errorf("listing config/enforcement: %w", err)
+		return err
 	}
-	if len(files) == 0 {
-		return fmt.Errorf("no admission policies in %s", filepath.Join(root, "config", "enforcement"))
-	}
-	for _, file := range files {
-		if err := applyFile(ctx, c, file); err != nil {
-			return err
+	for _, obj := range objs {
+		if err := c.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating %s %s: %w", obj.GetKind(), obj.GetName(), err)
 		}
 	}
 	// The API server compiles a mutating policy against the CRD's schema
 	// some time after both exist; until then it refuses BuildLocks, or
 	// admits them unstamped before the policies are in effect at all, and
 	// the validating policies may take effect first. Wait until a dry run of
-	// a create is admitted with spec.requester stamped.
+	// a create is admitted with spec.requester and the force-release stamp.
 	probe := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{
 		"target": "probe", "repo": "buildlock/probe", "branch": "main", "build": int64(1),
 	}}}
@@ -54,36 +58,87 @@ func InstallEnforcement(ctx context.Context, cfg *rest.Config) error {
 	probe.SetKind("BuildLock")
 	probe.SetNamespace("default")
 	probe.SetName("enforcement-probe")
+	probe.SetAnnotations(map[string]string{"buildlock.io/force-release": "probe: installing"})
 	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
 		admitted := probe.DeepCopy()
 		if err := c.Create(ctx, admitted, client.DryRunAll); err != nil {
 			return false, nil
 		}
 		_, stamped, _ := unstructured.NestedString(admitted.Object, "spec", "requester", "username")
-		return stamped, nil
+		return stamped && admitted.GetAnnotations()["buildlock.io/force-released-by"] != "", nil
 	})
 }
 
-// applyFile creates every object of a multi-document YAML file; objects
-// that exist already are left as they are.
-func applyFile(ctx context.Context, c client.Client, file string) error {
+// DeleteConfig deletes the objects of the given directories of config/ (as
+// `kubectl delete -k` would) and waits until they are gone.
+func DeleteConfig(ctx context.Context, cfg *rest.Config, dirs ...string) error {
+	c, err := client.New(cfg, client.Options{Scheme: Scheme()})
+	if err != nil {
+		return fmt.Errorf("creating a client: %w", err)
+	}
+	objs, err := ConfigObjects(dirs...)
+	if err != nil {
+		return err
+	}
+	for _, obj := range objs {
+		if err := c.Delete(ctx, obj); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting %s %s: %w", obj.GetKind(), obj.GetName(), err)
+		}
+	}
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		for _, obj := range objs {
+			if err := c.Get(ctx, client.ObjectKeyFromObject(obj), obj.DeepCopy()); !apierrors.IsNotFound(err) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
+// ConfigObjects decodes the objects of every *.yaml file in the given
+// directories of config/.
+func ConfigObjects(dirs ...string) ([]*unstructured.Unstructured, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	var objs []*unstructured.Unstructured
+	for _, dir := range dirs {
+		files, err := filepath.Glob(filepath.Join(root, "config", dir, "*.yaml"))
+		if err != nil {
+			return nil, fmt.Errorf("listing config/%s: %w", dir, err)
+		}
+		if len(files) == 0 {
+			return nil, fmt.Errorf("no manifests in %s", filepath.Join(root, "config", dir))
+		}
+		for _, file := range files {
+			decoded, err := decodeFile(file)
+			if err != nil {
+				return nil, err
+			}
+			objs = append(objs, decoded...)
+		}
+	}
+	return objs, nil
+}
+
+// decodeFile decodes every object of a multi-document YAML file.
+func decodeFile(file string) ([]*unstructured.Unstructured, error) {
 	data, err := os.ReadFile(file)
 	if err != nil {
-		return fmt.Errorf("reading %s: %w", file, err)
+		return nil, fmt.Errorf("reading %s: %w", file, err)
 	}
+	var objs []*unstructured.Unstructured
 	decoder := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
 	for {
-		var obj unstructured.Unstructured
+		obj := &unstructured.Unstructured{}
 		if err := decoder.Decode(&obj.Object); errors.Is(err, io.EOF) {
-			return nil
+			return objs, nil
 		} else if err != nil {
-			return fmt.Errorf("decoding %s: %w", file, err)
+			return nil, fmt.Errorf("decoding %s: %w", file, err)
 		}
-		if len(obj.Object) == 0 {
-			continue
-		}
-		if err := c.Create(ctx, &obj); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("creating %s %s from %s: %w", obj.GetKind(), obj.GetName(), file, err)
+		if len(obj.Object) > 0 {
+			objs = append(objs, obj)
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	. "github.com/onsi/gomega"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -21,10 +22,12 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
@@ -45,6 +48,8 @@ const (
 	// pipelineSA is a pipeline's ServiceAccount, bound to the chart's
 	// pipeline ClusterRole in pipelineNS.
 	pipelineSA = "pipeline"
+	// fencedNS is a target namespace that consents to pipelineNS's lock.
+	fencedNS = "fenced"
 )
 
 // TestChart installs the chart from an OCI registry on a local control
@@ -80,6 +85,8 @@ func TestChart(t *testing.T) {
 		}}},
 		{ObjectMeta: metav1.ObjectMeta{Name: pipelineNS}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}},
+		// A target that consents to ci's lock.
+		{ObjectMeta: metav1.ObjectMeta{Name: fencedNS, Labels: map[string]string{buildlockv1.LockedByLabel: pipelineNS}}},
 		// Prometheus's.
 		{ObjectMeta: metav1.ObjectMeta{Name: "monitoring"}},
 	} {
@@ -224,6 +231,19 @@ func TestChart(t *testing.T) {
 		} {
 			g.Expect(allowed(ctx, g, asManager, a)).To(BeFalse(), "the manager must not %s", describe(a))
 		}
+		// It may impersonate the enforcement probe, and no one else.
+		for _, a := range []authorizationv1.ResourceAttributes{
+			{Verb: "impersonate", Resource: "users", Name: "alice"},
+			{Verb: "impersonate", Resource: "users", Name: "system:admin"},
+			{Verb: "impersonate", Resource: "groups", Name: "system:masters"},
+			{Verb: "impersonate", Resource: "serviceaccounts", Name: pipelineSA, Namespace: pipelineNS},
+			{Verb: "impersonate", Group: "authentication.k8s.io", Resource: "userextras", Subresource: "authentication.kubernetes.io/pod-uid"},
+		} {
+			g.Expect(allowed(ctx, g, asManager, a)).To(BeFalse(), "the manager must not %s %s", describe(a), a.Name)
+		}
+		g.Expect(allowed(ctx, g, asManager, authorizationv1.ResourceAttributes{
+			Verb: "impersonate", Resource: "users", Name: buildlockv1.EnforcementProbeUser,
+		})).To(BeTrue(), "the manager impersonates its probe")
 		// The same question answers yes where the chart grants the right, so
 		// the noes above are the chart's.
 		g.Expect(allowed(ctx, g, asManager, authorizationv1.ResourceAttributes{
@@ -302,7 +322,57 @@ func TestChart(t *testing.T) {
 		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "a pipeline writing a status: %v", err)
 	})
 
+	t.Run("the chart's RBAC lets the manager fence a target and prove it with its probe", func(t *testing.T) {
+		g := newG(t)
+		fenced := fencedNS
+		policy := &buildlockv1.BuildLockPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: pipelineNS, Name: fenced}}
+		policy.Spec.Enforce = &buildlockv1.Enforcement{ServiceAccounts: []string{pipelineSA}}
+		g.Expect(admin.Create(ctx, policy)).To(Succeed())
+		g.Eventually(func(g Gomega) {
+			g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(policy), policy)).To(Succeed())
+			g.Expect(meta.FindStatusCondition(policy.Status.Conditions, buildlockv1.ConditionEnforced)).
+				To(HaveValue(HaveField("Reason", buildlockv1.ReasonEnforcing)))
+		}).Should(Succeed(), "the probe, impersonated under the chart's RBAC, was refused by the fence")
+		lease := &coordinationv1.Lease{}
+		g.Expect(admin.Get(ctx, client.ObjectKey{Namespace: pipelineNS, Name: buildlockv1.GrantLeaseName(fenced)}, lease)).To(Succeed())
+		asPerson, err := client.New(asUser(c.Config, "editor-of-ci"), client.Options{Scheme: scheme})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(admin.Create(ctx, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Namespace: pipelineNS, Name: "editor-of-ci"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "editor-of-ci"}},
+		})).To(Succeed())
+		g.Expect(asPerson.Delete(ctx, lease)).To(MatchError(ContainSubstring("written by the buildlock operator (system:serviceaccount:"+
+			releaseNS+":"+managerSA+") only")), "only the chart's ServiceAccount writes a lock's Lease")
+		g.Expect(mgr.logs.String()).NotTo(ContainSubstring("forbidden"), "the manager was refused something it needs")
+
+		g.Expect(admin.Delete(ctx, policy)).To(Succeed())
+		g.Eventually(func() error {
+			return admin.Get(ctx, client.ObjectKey{Name: "buildlock-enforce." + pipelineNS + "." + fenced}, &admissionv1.ValidatingAdmissionPolicyBinding{})
+		}).Should(WithTransform(apierrors.IsNotFound, BeTrue()), "the operator deletes the binding of a lock that no longer enforces")
+	})
+
 	mgr.stop(t)
+
+	t.Run("turning enforcement off and on again keeps the Lease informer's keep-alive", func(t *testing.T) {
+		g := newG(t)
+		keepAlive := func() types.UID {
+			vap := &metav1.PartialObjectMetadata{}
+			vap.SetGroupVersionKind(admissionv1.SchemeGroupVersion.WithKind("ValidatingAdmissionPolicy"))
+			g.Expect(admin.Get(ctx, client.ObjectKey{Name: "buildlock-lease-informer"}, vap)).To(Succeed())
+			return vap.UID
+		}
+		before := keepAlive()
+		off := append(slices.Clone(values), "--set", "enforcement.enabled=false")
+		h.run(t, append([]string{"upgrade", release, "charts/buildlock", "--namespace", releaseNS, "--kubeconfig", c.Kubeconfig}, off...)...)
+		enforce := &metav1.PartialObjectMetadata{}
+		enforce.SetGroupVersionKind(admissionv1.SchemeGroupVersion.WithKind("ValidatingAdmissionPolicy"))
+		g.Expect(admin.Get(ctx, client.ObjectKey{Name: "buildlock-enforce"}, enforce)).
+			To(WithTransform(apierrors.IsNotFound, BeTrue()), "enforcement is off")
+		g.Expect(keepAlive()).To(Equal(before), "enforcement off keeps it")
+		h.run(t, append([]string{"upgrade", release, "charts/buildlock", "--namespace", releaseNS, "--kubeconfig", c.Kubeconfig}, values...)...)
+		g.Expect(keepAlive()).To(Equal(before), "enforcement on again adopts it")
+	})
 
 	t.Run("with watchNamespaces the manager's rules on cluster-scoped resources are bound cluster-wide", func(t *testing.T) {
 		g := NewWithT(t)
@@ -324,6 +394,10 @@ func TestChart(t *testing.T) {
 		for _, r := range role.Rules {
 			for _, group := range r.APIGroups {
 				for _, resource := range r.Resources {
+					if group == "" && resource == "users" { // impersonation's, not served: cluster-wide
+						want = append(want, "/users")
+						continue
+					}
 					base, _, _ := strings.Cut(resource, "/") // a subresource has its resource's scope
 					scoped, known := namespaced[group+"/"+base]
 					g.Expect(known).To(BeTrue(), "the API server serves no %s/%s", group, resource)
@@ -372,8 +446,11 @@ func TestChart(t *testing.T) {
 	t.Run("helm uninstall leaves nothing cluster-wide but the CRDs", func(t *testing.T) {
 		g := NewWithT(t)
 		h.run(t, "uninstall", release, "--namespace", releaseNS, "--kubeconfig", c.Kubeconfig, "--wait")
-		// The API server registers every CRD's group version.
-		want := []string{"apiregistration.k8s.io/apiservices/v1alpha1.buildlock.io"}
+		// The API server registers every CRD's group version; the Lease
+		// informer's keep-alive stays on purpose (helm.sh/resource-policy).
+		want := []string{"apiregistration.k8s.io/apiservices/v1alpha1.buildlock.io",
+			"admissionregistration.k8s.io/validatingadmissionpolicies/buildlock-lease-informer",
+			"admissionregistration.k8s.io/validatingadmissionpolicybindings/buildlock-lease-informer"}
 		for _, crd := range configCRDs(t) {
 			want = append(want, "apiextensions.k8s.io/customresourcedefinitions/"+crd.Name)
 		}
@@ -385,7 +462,7 @@ func TestChart(t *testing.T) {
 			}
 		}
 		sort.Strings(leftovers)
-		g.Expect(leftovers).To(ConsistOf(want), "crds.keep keeps the CRDs, and nothing else stays")
+		g.Expect(leftovers).To(ConsistOf(want), "crds.keep keeps the CRDs, and nothing else stays but the Lease informer's keep-alive")
 		var sas corev1.ServiceAccountList
 		g.Expect(admin.List(ctx, &sas, client.InNamespace(releaseNS), client.MatchingLabels{"app.kubernetes.io/instance": release})).To(Succeed())
 		g.Expect(sas.Items).To(BeEmpty())

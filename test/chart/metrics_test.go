@@ -214,6 +214,7 @@ func TestRenderedPrometheusRule(t *testing.T) {
 	g.Expect(exprOf(alerts["BuildLockHeldTooLong"])).To(HaveSuffix("> 5400"), "1h30m")
 	g.Expect(exprOf(alerts["BuildLockWaitingTooLong"])).To(HaveSuffix("> 2700"), "45m")
 	g.Expect(alerts).To(HaveKey("BuildLockGrantWritesFailing"))
+	g.Expect(alerts).To(HaveKey("BuildLockFenceFrozen"))
 	g.Expect(alerts).To(HaveKey("BuildLockOperatorDown"))
 
 	t.Run("thresholds are the values, in seconds", func(t *testing.T) {

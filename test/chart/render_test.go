@@ -307,40 +307,64 @@ func grants(rules []rbacv1.PolicyRule, group, resource, verb string) bool {
 }
 
 // TestRenderedEnforcement: with enforcement.enabled the chart installs
-// exactly the admission policies of config/enforcement (through its copies,
-// which `make verify-chart` compares), and none without.
+// exactly the objects of config/enforcement and config/lease-informer
+// (through its copies, which `make verify-chart` compares), naming its own
+// ServiceAccount as the operator in buildlock-grant-leases, and none
+// without.
 func TestRenderedEnforcement(t *testing.T) {
 	h := requireHelm(t)
 	g := NewWithT(t)
 	g.Expect(kinds(parseObjects(t, h.template(t)))).NotTo(HaveKey(HaveSuffix("AdmissionPolicy")))
 
 	var want []map[string]any
-	files, err := filepath.Glob(filepath.Join(repoRoot(t), "config", "enforcement", "*.yaml"))
-	g.Expect(err).NotTo(HaveOccurred())
-	for _, f := range files {
-		data, err := os.ReadFile(f)
+	for _, dir := range []string{"enforcement", "lease-informer"} {
+		files, err := filepath.Glob(filepath.Join(repoRoot(t), "config", dir, "*.yaml"))
 		g.Expect(err).NotTo(HaveOccurred())
-		for _, o := range parseObjects(t, string(data)) {
-			want = append(want, o.Object)
-		}
-	}
-	g.Expect(want).NotTo(BeEmpty())
-	var got []map[string]any
-	var guard []string
-	for _, o := range parseObjects(t, h.template(t, "--set", "enforcement.enabled=true")) {
-		switch {
-		case strings.HasSuffix(o.GetName(), "-bindings-guard"):
-			guard = append(guard, o.GetKind())
-			if o.GetKind() == "ValidatingAdmissionPolicy" {
-				conditions, _, _ := unstructured.NestedSlice(o.Object, "spec", "matchConditions")
-				g.Expect(conditions).To(ContainElement(HaveKeyWithValue("expression", ContainSubstring(
-					"'system:serviceaccount:buildlock-system:buildlock'"))), "the guard applies to the operator's ServiceAccount")
+		g.Expect(files).NotTo(BeEmpty())
+		for _, f := range files {
+			data, err := os.ReadFile(f)
+			g.Expect(err).NotTo(HaveOccurred())
+			for _, o := range parseObjects(t, string(data)) {
+				want = append(want, o.Object)
 			}
-		case strings.HasPrefix(o.GetAPIVersion(), "admissionregistration.k8s.io/"):
-			got = append(got, o.Object)
 		}
 	}
-	g.Expect(got).To(ConsistOf(want), "the chart's policies must be config/enforcement's; run `make chart-sync`")
+	// enforcement renders the chart for a release named buildlock in
+	// buildlock-system with ServiceAccount sa, and returns the objects of
+	// config/ and the guard's kinds.
+	enforcement := func(sa string, values ...string) (got []*unstructured.Unstructured, guard []string) {
+		for _, o := range parseObjects(t, h.template(t, append([]string{"--set", "enforcement.enabled=true"}, values...)...)) {
+			switch {
+			case strings.HasSuffix(o.GetName(), "-bindings-guard"):
+				guard = append(guard, o.GetKind())
+				if o.GetKind() == "ValidatingAdmissionPolicy" {
+					conditions, _, _ := unstructured.NestedSlice(o.Object, "spec", "matchConditions")
+					g.Expect(conditions).To(ContainElement(HaveKeyWithValue("expression", ContainSubstring(
+						"'system:serviceaccount:buildlock-system:"+sa+"'"))), "the guard applies to the operator's ServiceAccount")
+				}
+			case o.GetLabels()["app.kubernetes.io/component"] == "enforcement":
+				got = append(got, o)
+			}
+		}
+		return got, guard
+	}
+	got, guard := enforcement("buildlock")
+	var objects []map[string]any
+	for _, o := range got {
+		objects = append(objects, o.Object)
+	}
+	g.Expect(objects).To(ConsistOf(want), "the chart's enforcement must be config/enforcement's and config/lease-informer's; run `make chart-sync`")
 	g.Expect(guard).To(ConsistOf("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"),
 		"a guard keeps the operator from binding any other admission policy")
+
+	got, _ = enforcement("deployer", "--set", "serviceAccount.name=deployer")
+	var operator []any
+	for _, o := range got {
+		if o.GetKind() == "ValidatingAdmissionPolicy" && o.GetName() == "buildlock-grant-leases" {
+			operator, _, _ = unstructured.NestedSlice(o.Object, "spec", "variables")
+		}
+	}
+	g.Expect(operator).To(ContainElement(And(HaveKeyWithValue("name", "operator"),
+		HaveKeyWithValue("expression", "'system:serviceaccount:buildlock-system:deployer'"))),
+		"buildlock-grant-leases names the release's ServiceAccount")
 }

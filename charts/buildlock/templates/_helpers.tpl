@@ -81,12 +81,13 @@ rules, it renders the copies `make chart-sync` takes of config/rbac.
 
 {{/*
 The rules of the manager's role (files/rbac/role.yaml) on cluster-scoped
-resources: namespaces, admission policy bindings. A RoleBinding cannot grant
+resources: namespaces, admission policies and their bindings, the probe user
+it impersonates. A RoleBinding cannot grant
 those, so with watchNamespaces they are bound cluster-wide on their own.
 TestChart checks this list against the API server's discovery.
 */}}
 {{- define "buildlock.clusterScopedManagerRules" -}}
-{{- $clusterScoped := list "namespaces" "nodes" "persistentvolumes" "customresourcedefinitions" "clusterroles" "clusterrolebindings" "validatingadmissionpolicies" "validatingadmissionpolicybindings" "mutatingadmissionpolicies" "mutatingadmissionpolicybindings" "validatingwebhookconfigurations" "mutatingwebhookconfigurations" "tokenreviews" "subjectaccessreviews" }}
+{{- $clusterScoped := list "namespaces" "nodes" "persistentvolumes" "customresourcedefinitions" "clusterroles" "clusterrolebindings" "validatingadmissionpolicies" "validatingadmissionpolicybindings" "mutatingadmissionpolicies" "mutatingadmissionpolicybindings" "validatingwebhookconfigurations" "mutatingwebhookconfigurations" "tokenreviews" "subjectaccessreviews" "users" }}
 {{- $role := .Files.Get "files/rbac/role.yaml" | fromYaml }}
 {{- $rules := list }}
 {{- range $role.rules }}
@@ -97,7 +98,11 @@ TestChart checks this list against the API server's discovery.
 {{- end }}
 {{- end }}
 {{- if $resources }}
-{{- $rules = append $rules (dict "apiGroups" .apiGroups "resources" $resources "verbs" .verbs) }}
+{{- $rule := dict "apiGroups" .apiGroups "resources" $resources "verbs" .verbs }}
+{{- with .resourceNames }}
+{{- $_ := set $rule "resourceNames" . }}
+{{- end }}
+{{- $rules = append $rules $rule }}
 {{- end }}
 {{- end }}
 {{- if $rules }}

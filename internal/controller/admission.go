@@ -1,0 +1,144 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/buildlock/buildlock/internal/arbiter"
+)
+
+// Admission policies (config/enforcement) that the operator relies on when
+// they are installed.
+const (
+	// forceReleasePolicyName names the mutating and the validating
+	// admission policies that stamp and guard
+	// buildlockv1.ForceReleasedByAnnotation.
+	forceReleasePolicyName = "buildlock-force-release"
+	// requesterPolicyName names the MutatingAdmissionPolicy that stamps
+	// every new BuildLock's spec.requester with the identity that creates
+	// it, and its binding (config/enforcement/requester.yaml).
+	requesterPolicyName = "buildlock-requester"
+)
+
+// DefaultRequesterSettle is how long after the buildlock-requester policy
+// and its binding were created the operator takes spec.requester as the API
+// server's word, when Options.RequesterSettle is not positive: a new
+// admission policy takes effect a moment after it is created (the API
+// server loads and compiles it), and a claim created before could carry a
+// requester its client wrote.
+const DefaultRequesterSettle = 30 * time.Second
+
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicies;mutatingadmissionpolicies;mutatingadmissionpolicybindings,verbs=get;list;watch
+
+// The kinds of admission objects whose presence the operator watches.
+const (
+	validatingPolicyKind = "ValidatingAdmissionPolicy"
+	mutatingPolicyKind   = "MutatingAdmissionPolicy"
+	mutatingBindingKind  = "MutatingAdmissionPolicyBinding"
+)
+
+// admissionPolicies knows which admission policies the API server has, by
+// name and creation time, from the cache's metadata informers of
+// ValidatingAdmissionPolicies, MutatingAdmissionPolicies and their
+// bindings. A nil *admissionPolicies knows of none.
+type admissionPolicies struct {
+	cache client.Reader
+	// mutating says the cluster serves MutatingAdmissionPolicies; where it
+	// does not, nothing they would stamp is ever verified.
+	mutating bool
+}
+
+// watchAdmissionPolicies registers the informers of admission policies'
+// metadata with mgr's cache (the mutating ones only where the cluster
+// serves them).
+func watchAdmissionPolicies(mgr ctrl.Manager) (*admissionPolicies, error) {
+	a := &admissionPolicies{cache: mgr.GetCache()}
+	kinds := []string{validatingPolicyKind}
+	if _, err := mgr.GetRESTMapper().RESTMapping(admissionv1.SchemeGroupVersion.WithKind(mutatingPolicyKind).GroupKind(),
+		admissionv1.SchemeGroupVersion.Version); err == nil {
+		a.mutating = true
+		kinds = append(kinds, mutatingPolicyKind, mutatingBindingKind)
+	}
+	for _, kind := range kinds {
+		if _, err := mgr.GetCache().GetInformer(context.Background(), admissionMetadata(kind), cache.BlockUntilSynced(false)); err != nil {
+			return nil, fmt.Errorf("registering the informer of %ss: %w", kind, err)
+		}
+	}
+	return a, nil
+}
+
+// admissionMetadata is the type under which admission objects of kind are
+// watched: their names and creation times say what is installed, and since
+// when.
+func admissionMetadata(kind string) *metav1.PartialObjectMetadata {
+	obj := &metav1.PartialObjectMetadata{}
+	obj.SetGroupVersionKind(admissionv1.SchemeGroupVersion.WithKind(kind))
+	return obj
+}
+
+// created returns when the admission object of that kind and name was
+// created, and whether the cache holds it; when it cannot tell, it says it
+// is not there. A read from the cache: an object deleted a moment ago may
+// still count, for the informer's lag.
+func (a *admissionPolicies) created(kind, name string) (time.Time, bool) {
+	if a == nil || (kind != validatingPolicyKind && !a.mutating) {
+		return time.Time{}, false
+	}
+	obj := admissionMetadata(kind)
+	// The context only bounds a wait that an informer registered before
+	// the manager started never needs.
+	if err := a.cache.Get(context.Background(), types.NamespacedName{Name: name}, obj); err != nil {
+		return time.Time{}, false
+	}
+	return obj.CreationTimestamp.Time, true
+}
+
+// installed reports whether the cache holds the admission object of that
+// kind and name.
+func (a *admissionPolicies) installed(kind, name string) bool {
+	_, ok := a.created(kind, name)
+	return ok
+}
+
+// requestersVerifiedSince returns the instant after which a claim's
+// spec.requester is the API server's word: settle after the later of the
+// creation of the buildlock-requester MutatingAdmissionPolicy and of its
+// binding, while both exist. Zero when either is missing, or the cluster
+// has no MutatingAdmissionPolicies: spec.requester is then a client's word,
+// and claims have no Identity (arbiter.Claim).
+func (a *admissionPolicies) requestersVerifiedSince(settle time.Duration) time.Time {
+	policy, ok := a.created(mutatingPolicyKind, requesterPolicyName)
+	if !ok {
+		return time.Time{}
+	}
+	binding, ok := a.created(mutatingBindingKind, requesterPolicyName)
+	if !ok {
+		return time.Time{}
+	}
+	if binding.After(policy) {
+		policy = binding
+	}
+	return policy.Add(settle)
+}
+
+// unverify clears claims' ForceReleasedBy unless the policies that stamp
+// and guard it (buildlock-force-release) are installed: without them, the
+// stamp is anybody's word.
+func (a *admissionPolicies) unverify(claims []arbiter.Claim) {
+	stamped := slices.ContainsFunc(claims, func(c arbiter.Claim) bool { return c.ForceReleasedBy != "" })
+	if !stamped || a.installed(mutatingPolicyKind, forceReleasePolicyName) && a.installed(validatingPolicyKind, forceReleasePolicyName) {
+		return
+	}
+	for i := range claims {
+		claims[i].ForceReleasedBy = ""
+	}
+}
