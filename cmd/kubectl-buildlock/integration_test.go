@@ -530,41 +530,40 @@ func pipelineClient(t *testing.T) client.WithWatch {
 	return c
 }
 
-func TestARetriedAcquireAttachesToItsClaim(t *testing.T) {
+// TestTheGoClientNeverHandsOneClaimToTwoAcquisitions: a second Acquire of
+// the same claim while the first holds (the same run id; no proof of the
+// first's) is refused, whatever the run id says; another pod's claim of
+// the same build takes a fallback name and is a duplicate of the holder.
+func TestTheGoClientNeverHandsOneClaimToTwoAcquisitions(t *testing.T) {
 	f := newFixture(t)
 	c := pipelineClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	claim := lock.Claim{Namespace: f.ns, Target: "staging", Repo: "acme/shop", Branch: "main", Build: 42, RunID: "run-1"}
 
-	release, token, err := lock.Acquire(ctx, c, claim)
+	release, _, err := lock.Acquire(ctx, c, claim)
 	must(t, err)
-	var attached bool
-	again, err := lock.AcquireHold(ctx, c, claim, lock.WithObserver(func(ev lock.Event) {
-		attached = attached || ev.Type == lock.EventAttached
-	}))
-	must(t, err)
-	if !attached || again.Token != token || again.Name != lock.Name(claim) {
-		t.Errorf("the retry attached: %v, token %d (want %d), name %s", attached, again.Token, token, again.Name)
+	_, err = lock.AcquireHold(ctx, c, claim)
+	var other *lock.ClaimedByAnotherRunError
+	if !errors.As(err, &other) || !other.SameRunID() || other.BuildLock.Name != lock.Name(claim) {
+		t.Errorf("a second acquisition of the claim: %v, want ErrClaimedByAnotherRun with this run id", err)
 	}
 
-	// Another pod's claim of the same build takes the fallback name and is
-	// a duplicate of the holder. (The pod must exist, or its claim is
-	// released as PodGone; envtest's pods stay Pending, which is alive.)
+	// (The pod must exist, or its claim is released as PodGone; envtest's
+	// pods stay Pending, which is alive.)
 	must(t, admin.Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "another-pod"},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
 	}))
-	other := claim
-	other.PodName = "another-pod"
-	_, _, err = lock.Acquire(ctx, c, other)
+	pod := claim
+	pod.PodName = "another-pod"
+	_, _, err = lock.Acquire(ctx, c, pod)
 	var superseded *lock.SupersededError
 	if !errors.As(err, &superseded) || superseded.Reason != buildlockv1.ReasonDuplicateBuild || superseded.Name == lock.Name(claim) {
 		t.Errorf("the other pod's claim: %v, want a DuplicateBuild supersession under another name", err)
 	}
 
 	must(t, release(ctx))
-	must(t, again.Release(ctx))
 	if f.get(lock.Name(claim)) != nil {
 		t.Error("the claim was not released")
 	}

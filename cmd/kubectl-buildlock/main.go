@@ -6,11 +6,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/user"
 	"strings"
 	"sync"
 	"syscall"
@@ -36,6 +38,9 @@ func main() {
 	klog.LogToStderr(false)
 	klog.SetOutput(io.Discard)
 	logf.SetLogger(logr.Discard())
+	if len(os.Args) > 1 && os.Args[1] == superviseArg {
+		os.Exit(supervise(os.Args[2:]))
+	}
 	streams := genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}
 	os.Exit(run(context.Background(), os.Args[1:], streams, os.Environ()))
 }
@@ -154,6 +159,19 @@ func (f *factory) namespace() (string, error) {
 		return "", fmt.Errorf("finding the namespace: %w", err)
 	}
 	return ns, nil
+}
+
+// localRunID is the run id of a build acquired by hand (no CI variables):
+// this user on this machine (lock.LocalRunID).
+func (f *factory) localRunID() string {
+	name := cmp.Or(f.env["USER"], f.env["LOGNAME"], f.env["USERNAME"])
+	if name == "" {
+		if u, err := user.Current(); err == nil {
+			name = u.Username
+		}
+	}
+	host, _ := os.Hostname()
+	return lock.LocalRunID(name, host)
 }
 
 // client connects as kubectl would with the same flags.
