@@ -297,11 +297,12 @@ func TestACommandThatEscapesIsBoundedByTheClaimsExpiry(t *testing.T) {
 
 // TestACommandIsStoppedWhenItsClaimCannotBeRenewed: a plugin that can no
 // longer renew its pod-less claim (here its right to is revoked; a network
-// partition does the same) stops its command before the claim can expire,
-// and exits 5: the next build starts only once the command is gone.
+// partition does the same) stops its command, which ignores SIGTERM,
+// before the claim can expire, and exits 5: the next build starts only
+// once the command is gone.
 func TestACommandIsStoppedWhenItsClaimCannotBeRenewed(t *testing.T) {
 	f := newFixture(t)
-	env, cmd := f.helper("first", 5*time.Minute, 0, "HELPER_CHILD", "1")
+	env, cmd := f.helper("first", 5*time.Minute, 0, "HELPER_CHILD", "1", "HELPER_IGNORE_TERM", "1")
 	first := f.plugin(env, append([]string{"acquire", "--target", "staging", "--repo", "acme/shop", "--branch", "main", "--build", "1",
 		"--expires-after", "10s", "--grace-period", "1s"}, cmd...)...)
 	f.started("first")
@@ -316,7 +317,7 @@ func TestACommandIsStoppedWhenItsClaimCannotBeRenewed(t *testing.T) {
 		t.Errorf("the next build started (at %d) while the command still ran", run.start)
 	}
 	if code := first.wait(t, time.Minute); code != exitEnded || !strings.Contains(first.stderr.String(), "No renewal of the claim succeeded") {
-		t.Errorf("the plugin exited %d, want %d; stderr:\n%s", code, exitEnded, first.stderr)
+		t.Errorf("the plugin exited %d, want %d saying that no renewal succeeded; stderr:\n%s", code, exitEnded, first.stderr)
 	}
 	if code := next.wait(t, time.Minute); code != exitOK {
 		t.Errorf("the next build exited %d; stderr:\n%s", code, next.stderr)
