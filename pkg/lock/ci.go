@@ -65,11 +65,16 @@ type CI struct {
 //     WORKSPACE>, so that parallel stages, and parallel branches on
 //     workspaces of their own, are runs of their own.
 //
+// Without any of them (a step that passes the build as flags, as the
+// Tekton Task does), the run is BUILDLOCK_JOB, else the pod's UID, else
+// its name, as for Tekton.
+//
 // BUILDLOCK_JOB, when set, tells this job from the other jobs of the same
 // CI run that share its variables: GitHub exposes none for a matrix entry,
 // so the buildlock action passes job.check_run_id (or strategy.job-index).
-// It is appended to the run id ("/" and its value), except for Tekton,
-// where it is the run id. BUILDLOCK_RUN_ID, when set, is the whole run id.
+// It is appended to the run id ("/" and its value), except for Tekton and
+// without CI variables, where it is the run id. BUILDLOCK_RUN_ID, when
+// set, is the whole run id.
 // A run id longer than buildlockv1.MaxRunIDLength, or with control
 // characters, is shortened or replaced with a hash of it.
 //
@@ -114,7 +119,7 @@ func DetectCI(env map[string]string) CI {
 		}
 	}
 	switch job := get("BUILDLOCK_JOB"); {
-	case ci.System == CITekton:
+	case ci.System == CITekton || ci.System == "":
 		ci.RunID = cmp.Or(job, ci.PodUID, ci.Pod)
 	case ci.RunID != "":
 		ci.RunID = joinRunID(ci.RunID, job)

@@ -111,6 +111,14 @@ func TestDetectCI(t *testing.T) {
 			env:  map[string]string{"GITLAB_CI": "true", "CI_PROJECT_PATH": "a/b", "CI_COMMIT_REF_NAME": "main", "CI_PIPELINE_IID": "abc"},
 			want: CI{System: CIGitLab, Repo: "a/b", Branch: "main"},
 		},
+		"a step that passes the build as flags is its job, else its pod": {
+			env: map[string]string{"KUBERNETES_SERVICE_HOST": "10.0.0.1", "HOSTNAME": "run-7-deploy-pod", "BUILDLOCK_JOB": "run-7-deploy"},
+			want: CI{Pod: "run-7-deploy-pod", RunID: "run-7-deploy"},
+		},
+		"a pod without CI variables is its own run": {
+			env:  map[string]string{"KUBERNETES_SERVICE_HOST": "10.0.0.1", "HOSTNAME": "debug-pod"},
+			want: CI{Pod: "debug-pod", RunID: "debug-pod"},
+		},
 		"HOSTNAME outside a pod is not a pod": {
 			env:  map[string]string{"HOSTNAME": "runner-1"},
 			want: CI{},
