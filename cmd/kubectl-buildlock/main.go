@@ -67,7 +67,8 @@ const exitCodesHelp = `Exit codes:
   3         superseded: a newer build will deploy; stop without deploying (not a failure)
   4         timed out waiting (--timeout); the claim was deleted
   5         the claim ended before it held, or stopped holding while CMD ran (CMD stopped)
-  6         another run of this build has a claim in the running; this run claimed nothing
+  6         another run of this build, or another job with this run id, has a claim in the
+            running; this run claimed nothing (--run-id gives each job its own)
   126, 127  CMD could not be started (not executable, not found); the lock was released
   130, 143  interrupted by SIGINT or SIGTERM; the claim was deleted`
 
