@@ -584,7 +584,16 @@ func TestAPodlessHoldIsRenewedAndOutlivesItsExpiresAfter(t *testing.T) {
 		renewErrs = append(renewErrs, err)
 	}))
 	must(t, err)
+	// The renew deadline (five sixths of expiresAfter) moves with every
+	// renewal: the hold is not given up while renewals succeed.
+	lostCtx, stopWatching := context.WithCancel(ctx)
+	lost := make(chan error, 1)
+	go func() { lost <- h.WaitLost(lostCtx) }()
 	time.Sleep(14 * time.Second)
+	stopWatching()
+	if err := <-lost; errors.Is(err, lock.ErrLost) {
+		t.Errorf("the renewed hold was given up: %v", err)
+	}
 	bl := f.get(h.Name)
 	mu.Lock()
 	defer mu.Unlock()

@@ -188,7 +188,7 @@ func startRenewer(c client.Client, bl *buildlockv1.BuildLock, interval, deadline
 	r := &renewer{cancel: cancel, done: make(chan struct{}), deadline: deadline, lapsed: make(chan struct{})}
 	var lapseOnce sync.Once // a hold that lapsed stays lapsed: the holder has stopped
 	lapse := time.AfterFunc(deadline, func() { lapseOnce.Do(func() { close(r.lapsed) }) })
-	backoff := wait.Backoff{Duration: time.Second, Factor: 2, Jitter: renewJitter, Steps: 4, Cap: interval / 4}
+	backoff := wait.Backoff{Duration: min(time.Second, interval/8), Factor: 2, Jitter: renewJitter, Steps: 4, Cap: interval / 4}
 	skip := !immediately // JitterUntil runs its function at once
 	go func() {
 		defer close(r.done)
