@@ -403,14 +403,22 @@ func TestASecondRunOfTheSameBuildNeverDeploysAtTheSameTime(t *testing.T) {
 	if _, ran := f.helperRun("second"); ran {
 		t.Error("the second run ran its command")
 	}
+	f.ranUntouched(first, "first", claim)
+}
+
+// ranUntouched checks that the plugin p, whose command is helper id,
+// held claim untouched by what the test did meanwhile, and that its command
+// ran to its end and p exited 0.
+func (f *fixture) ranUntouched(p *proc, id string, claim *buildlockv1.BuildLock) {
+	f.t.Helper()
 	if bl := f.get(claim.Name); bl == nil || bl.UID != claim.UID || bl.Status.Phase != buildlockv1.PhaseHeld {
-		t.Errorf("the first run's claim changed: %+v", bl)
+		f.t.Errorf("%s's claim changed: %+v", id, bl)
 	}
-	if code := first.wait(t, time.Minute); code != exitOK {
-		t.Errorf("the first run exited %d; stderr:\n%s", code, first.stderr)
+	if code := p.wait(f.t, time.Minute); code != exitOK {
+		f.t.Errorf("%s exited %d; stderr:\n%s", id, code, p.stderr)
 	}
-	if run, _ := f.helperRun("first"); run.end == 0 {
-		t.Error("the first run's command did not run to its end")
+	if run, _ := f.helperRun(id); run.end == 0 {
+		f.t.Errorf("%s's command did not run to its end", id)
 	}
 }
 

@@ -1,6 +1,6 @@
 package main
 
-// Integration tests of real CI behaviour: jobs of one CI run that compute
+// Integration tests of real CI behavior: jobs of one CI run that compute
 // the same run id, a plugin killed while its command runs, claims created
 // under this build's name by others, and builds acquired by hand.
 
@@ -73,15 +73,7 @@ func TestTwoJobsThatShareARunIDNeverShareAClaim(t *testing.T) {
 					t.Errorf("the second job's release --mine exited %d; stderr:\n%s", code, rel.stderr)
 				}
 			}
-			if bl := f.get(claim.Name); bl == nil || bl.UID != claim.UID || bl.Status.Phase != buildlockv1.PhaseHeld {
-				t.Errorf("the first job's claim changed: %+v", bl)
-			}
-			if code := first.wait(t, time.Minute); code != exitOK {
-				t.Errorf("the first job exited %d; stderr:\n%s", code, first.stderr)
-			}
-			if run, _ := f.helperRun("first"); run.end == 0 {
-				t.Error("the first job's command did not run to its end")
-			}
+			f.ranUntouched(first, "first", claim)
 		})
 	}
 }
@@ -221,7 +213,7 @@ func TestAJobRetriedAfterThePluginDiedAttachesToItsClaim(t *testing.T) {
 
 // TestTheCommandDiesWithThePlugin kills the plugin with SIGKILL while its
 // command (and the command's child, a deploy script's helm) runs, alone and
-// with its process group, as a CI runner cancelling a job does: both are
+// with its process group, as a CI runner canceling a job does: both are
 // gone, and the next build, waiting meanwhile, starts only after that,
 // once the claim nobody renews has expired.
 func TestTheCommandDiesWithThePlugin(t *testing.T) {
@@ -234,13 +226,7 @@ func TestTheCommandDiesWithThePlugin(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
-			env, cmd := f.helper("first", 5*time.Minute, 0, "HELPER_CHILD", "1")
-			first := f.pluginInGroup(env, append([]string{"acquire", "--target", "staging", "--repo", "acme/shop", "--branch", "main", "--build", "1",
-				"--expires-after", "10s", "--grace-period", "1s"}, cmd...)...)
-			f.started("first")
-			env, cmd = f.helper("next", 0, 0)
-			next := f.plugin(env, append([]string{"acquire", "--target", "staging", "--repo", "acme/web", "--branch", "main", "--build", "1"}, cmd...)...)
-			f.waitForPhase("acme-web-main-1-staging", buildlockv1.PhaseWaiting)
+			first, next := f.holdAndQueue(f.pluginInGroup, "HELPER_CHILD", "1")
 
 			must(t, tc.kill(first))
 			first.wait(t, time.Minute)
@@ -266,19 +252,13 @@ func TestTheCommandDiesWithThePlugin(t *testing.T) {
 // build.
 func TestACommandThatEscapesIsBoundedByTheClaimsExpiry(t *testing.T) {
 	f := newFixture(t)
-	env, cmd := f.helper("first", 5*time.Minute, 0, "HELPER_ESCAPE", "1")
-	first := f.plugin(env, append([]string{"acquire", "--target", "staging", "--repo", "acme/shop", "--branch", "main", "--build", "1",
-		"--expires-after", "10s", "--grace-period", "1s"}, cmd...)...)
-	f.started("first")
+	first, next := f.holdAndQueue(f.plugin, "HELPER_ESCAPE", "1")
 	escaped := f.pidOf("first", ".escaped")
 	t.Cleanup(func() {
 		if pid, err := strconv.Atoi(escaped); err == nil {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	})
-	env, cmd = f.helper("next", 0, 0)
-	next := f.plugin(env, append([]string{"acquire", "--target", "staging", "--repo", "acme/web", "--branch", "main", "--build", "1"}, cmd...)...)
-	f.waitForPhase("acme-web-main-1-staging", buildlockv1.PhaseWaiting)
 	must(t, first.cmd.Process.Kill())
 	first.wait(t, time.Minute)
 	if code := next.wait(t, time.Minute); code != exitOK {
@@ -302,13 +282,7 @@ func TestACommandThatEscapesIsBoundedByTheClaimsExpiry(t *testing.T) {
 // once the command is gone.
 func TestACommandIsStoppedWhenItsClaimCannotBeRenewed(t *testing.T) {
 	f := newFixture(t)
-	env, cmd := f.helper("first", 5*time.Minute, 0, "HELPER_CHILD", "1", "HELPER_IGNORE_TERM", "1")
-	first := f.plugin(env, append([]string{"acquire", "--target", "staging", "--repo", "acme/shop", "--branch", "main", "--build", "1",
-		"--expires-after", "10s", "--grace-period", "1s"}, cmd...)...)
-	f.started("first")
-	env, cmd = f.helper("next", 0, 0)
-	next := f.plugin(env, append([]string{"acquire", "--target", "staging", "--repo", "acme/web", "--branch", "main", "--build", "1"}, cmd...)...)
-	f.waitForPhase("acme-web-main-1-staging", buildlockv1.PhaseWaiting)
+	first, next := f.holdAndQueue(f.plugin, "HELPER_CHILD", "1", "HELPER_IGNORE_TERM", "1")
 
 	f.revokePatch()
 	pid, child := f.pidOf("first", ".pid"), f.pidOf("first", ".child")
@@ -322,6 +296,21 @@ func TestACommandIsStoppedWhenItsClaimCannotBeRenewed(t *testing.T) {
 	if code := next.wait(t, time.Minute); code != exitOK {
 		t.Errorf("the next build exited %d; stderr:\n%s", code, next.stderr)
 	}
+}
+
+// holdAndQueue starts a build that deploys (helper "first", with extra)
+// under a pod-less claim of 10s, with the plugin that start starts, and once
+// its command runs, the next build, which waits for the lock.
+func (f *fixture) holdAndQueue(start func(env map[string]string, args ...string) *proc, extra ...string) (first, next *proc) {
+	f.t.Helper()
+	env, cmd := f.helper("first", 5*time.Minute, 0, extra...)
+	first = start(env, append([]string{"acquire", "--target", "staging", "--repo", "acme/shop", "--branch", "main", "--build", "1",
+		"--expires-after", "10s", "--grace-period", "1s"}, cmd...)...)
+	f.started("first")
+	env, cmd = f.helper("next", 0, 0)
+	next = f.plugin(env, append([]string{"acquire", "--target", "staging", "--repo", "acme/web", "--branch", "main", "--build", "1"}, cmd...)...)
+	f.waitForPhase("acme-web-main-1-staging", buildlockv1.PhaseWaiting)
+	return first, next
 }
 
 // revokePatch takes the pipeline user's right to patch (renew) BuildLocks

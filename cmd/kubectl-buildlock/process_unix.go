@@ -8,7 +8,7 @@ package main
 // whole group (SIGTERM, then SIGKILL after the grace period) as soon as the
 // plugin's end of a pipe closes, which the kernel does however the plugin
 // ends: a SIGKILL of the plugin alone, or of its process group (a CI runner
-// cancelling a job), or a crash. PR_SET_PDEATHSIG alone would not do: it
+// canceling a job), or a crash. PR_SET_PDEATHSIG alone would not do: it
 // reaches CMD but not what CMD started (a deploy script's helm), and it
 // fires when the thread that started CMD ends, not the process. A group of
 // CMD's own stops everything CMD starts, except what leaves the group on
@@ -82,7 +82,7 @@ func startCommand(name string, args, env []string, streams genericiooptions.IOSt
 	sup.Env = env
 	sup.ExtraFiles = []*os.File{controlR, reportW}
 	// Outside the plugin's process group, so that a signal to that group
-	// (a runner cancelling the job) leaves the supervisor to stop CMD.
+	// (a runner canceling the job) leaves the supervisor to stop CMD.
 	sup.SysProcAttr = &syscall.SysProcAttr{Setpgid: group}
 	err = sup.Start()
 	_, _ = controlR.Close(), reportW.Close()

@@ -85,31 +85,7 @@ type CI struct {
 // env.
 func DetectCI(env map[string]string) CI {
 	get := func(key string) string { return strings.TrimSpace(env[key]) }
-	var ci CI
-	switch {
-	case get("GITHUB_ACTIONS") == "true" || get("GITHUB_REPOSITORY") != "":
-		ci = CI{System: CIGitHubActions, Repo: get("GITHUB_REPOSITORY"), Branch: get("GITHUB_REF_NAME"), Build: parseBuild(get("GITHUB_RUN_NUMBER"))}
-		if id := get("GITHUB_RUN_ID"); id != "" {
-			ci.RunID = joinRunID(id+"-"+cmp.Or(get("GITHUB_RUN_ATTEMPT"), "1"), get("GITHUB_JOB"))
-		}
-	case get("GITLAB_CI") == "true" || get("CI_PROJECT_PATH") != "":
-		ci = CI{System: CIGitLab, Repo: get("CI_PROJECT_PATH"), Branch: get("CI_COMMIT_REF_NAME"), Build: parseBuild(get("CI_PIPELINE_IID")), RunID: get("CI_JOB_ID")}
-	case get("REPO_OWNER") != "" && get("REPO_NAME") != "":
-		ci = CI{System: CITekton, Repo: get("REPO_OWNER") + "/" + get("REPO_NAME"), Branch: get("BRANCH_NAME"), Build: parseBuild(get("BUILD_NUMBER"))}
-	case get("JENKINS_URL") != "" || (get("JOB_NAME") != "" && get("BUILD_NUMBER") != ""):
-		branch := get("BRANCH_NAME")
-		if branch == "" {
-			branch = strings.TrimPrefix(get("GIT_BRANCH"), "origin/")
-		}
-		ci = CI{System: CIJenkins, Repo: jenkinsRepo(get("JOB_NAME"), branch), Branch: branch, Build: parseBuild(get("BUILD_NUMBER"))}
-		if tag := get("BUILD_TAG"); tag != "" {
-			var workspace string
-			if ws := get("WORKSPACE"); ws != "" {
-				workspace = identityHash(get("NODE_NAME"), ws)
-			}
-			ci.RunID = joinRunID(tag, get("STAGE_NAME"), workspace)
-		}
-	}
+	ci := detectSystem(get)
 	if get("KUBERNETES_SERVICE_HOST") != "" {
 		if host := get("HOSTNAME"); host != "" && len(validation.IsDNS1123Subdomain(host)) == 0 {
 			ci.Pod = host
@@ -129,15 +105,41 @@ func DetectCI(env map[string]string) CI {
 	return ci
 }
 
+// detectSystem is DetectCI's first step: the CI system whose marker is set,
+// and the build and run its variables say.
+func detectSystem(get func(string) string) CI {
+	switch {
+	case get("GITHUB_ACTIONS") == "true" || get("GITHUB_REPOSITORY") != "":
+		ci := CI{System: CIGitHubActions, Repo: get("GITHUB_REPOSITORY"), Branch: get("GITHUB_REF_NAME"), Build: parseBuild(get("GITHUB_RUN_NUMBER"))}
+		if id := get("GITHUB_RUN_ID"); id != "" {
+			ci.RunID = joinRunID(id+"-"+cmp.Or(get("GITHUB_RUN_ATTEMPT"), "1"), get("GITHUB_JOB"))
+		}
+		return ci
+	case get("GITLAB_CI") == "true" || get("CI_PROJECT_PATH") != "":
+		return CI{System: CIGitLab, Repo: get("CI_PROJECT_PATH"), Branch: get("CI_COMMIT_REF_NAME"), Build: parseBuild(get("CI_PIPELINE_IID")), RunID: get("CI_JOB_ID")}
+	case get("REPO_OWNER") != "" && get("REPO_NAME") != "":
+		return CI{System: CITekton, Repo: get("REPO_OWNER") + "/" + get("REPO_NAME"), Branch: get("BRANCH_NAME"), Build: parseBuild(get("BUILD_NUMBER"))}
+	case get("JENKINS_URL") != "" || (get("JOB_NAME") != "" && get("BUILD_NUMBER") != ""):
+		branch := get("BRANCH_NAME")
+		if branch == "" {
+			branch = strings.TrimPrefix(get("GIT_BRANCH"), "origin/")
+		}
+		ci := CI{System: CIJenkins, Repo: jenkinsRepo(get("JOB_NAME"), branch), Branch: branch, Build: parseBuild(get("BUILD_NUMBER"))}
+		if tag := get("BUILD_TAG"); tag != "" {
+			var workspace string
+			if ws := get("WORKSPACE"); ws != "" {
+				workspace = identityHash(get("NODE_NAME"), ws)
+			}
+			ci.RunID = joinRunID(tag, get("STAGE_NAME"), workspace)
+		}
+		return ci
+	}
+	return CI{}
+}
+
 // joinRunID joins the non-empty parts of a run id with '/'.
 func joinRunID(parts ...string) string {
-	kept := parts[:0:0]
-	for _, p := range parts {
-		if p != "" {
-			kept = append(kept, p)
-		}
-	}
-	return strings.Join(kept, "/")
+	return joinNonEmpty("/", parts...)
 }
 
 // boundRunID makes a CI system's run id a valid one: one longer than

@@ -112,7 +112,7 @@ func TestDetectCI(t *testing.T) {
 			want: CI{System: CIGitLab, Repo: "a/b", Branch: "main"},
 		},
 		"a step that passes the build as flags is its job, else its pod": {
-			env: map[string]string{"KUBERNETES_SERVICE_HOST": "10.0.0.1", "HOSTNAME": "run-7-deploy-pod", "BUILDLOCK_JOB": "run-7-deploy"},
+			env:  map[string]string{"KUBERNETES_SERVICE_HOST": "10.0.0.1", "HOSTNAME": "run-7-deploy-pod", "BUILDLOCK_JOB": "run-7-deploy"},
 			want: CI{Pod: "run-7-deploy-pod", RunID: "run-7-deploy"},
 		},
 		"a pod without CI variables is its own run": {

@@ -117,13 +117,18 @@ func buildPart(build int64) string {
 
 // joinParts joins the non-empty parts with '-'.
 func joinParts(parts ...string) string {
+	return joinNonEmpty("-", parts...)
+}
+
+// joinNonEmpty joins the non-empty parts with sep.
+func joinNonEmpty(sep string, parts ...string) string {
 	kept := parts[:0:0]
 	for _, p := range parts {
 		if p != "" {
 			kept = append(kept, p)
 		}
 	}
-	return strings.Join(kept, "-")
+	return strings.Join(kept, sep)
 }
 
 // identityHash is 8 hex digits of a SHA-256 over the fields, each ended by
