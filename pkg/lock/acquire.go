@@ -256,7 +256,7 @@ func createOrAttach(ctx context.Context, c client.Client, claim Claim, p *proof,
 // run's pod: the job's later steps hold it, and a second acquire that
 // computes the same run id in the same directory may be another job.
 func provenClaim(ctx context.Context, c client.Client, claim Claim, p *proof) (*buildlockv1.BuildLock, error) {
-	if p.state.Name == "" {
+	if p.state.Name == "" || claim.Name != "" && p.state.Name != claim.Name {
 		return nil, nil
 	}
 	existing := &buildlockv1.BuildLock{}

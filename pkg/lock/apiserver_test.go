@@ -617,3 +617,23 @@ func TestAClaimThatIsNotThisJobsTakesNoName(t *testing.T) {
 		t.Errorf("the restart: attached %v to %s (%s), want its claim under its fallback name %s", attached, found.Name, found.UID, first.Name)
 	}
 }
+
+// TestReleaseBuildProvesAClaimOfAnyName: the job's release finds the proof
+// of its claim whatever name the claim took (an explicit one, here), since
+// it knows the build and the run, not the name.
+func TestReleaseBuildProvesAClaimOfAnyName(t *testing.T) {
+	c, ns := apiServer(t)
+	ctx := context.Background()
+	claim := Claim{Namespace: ns, Target: "staging", Repo: "acme/shop", Branch: "main", Build: 3, RunID: "7-1", Name: "my-lock", StateDir: t.TempDir()}
+	p, err := openProof(claim)
+	must(t, err)
+	bl, _, err := createOrAttach(ctx, c, claim, p, newOptions(nil))
+	must(t, err)
+	p.close()
+	released, others, err := ReleaseBuild(ctx, c, BuildRef{Namespace: ns, Target: "staging", Repo: "acme/shop", Branch: "main", Build: 3,
+		RunID: claim.RunID, StateDir: claim.StateDir})
+	must(t, err)
+	if len(released) != 1 || released[0].BuildLock.UID != bl.UID || len(others) != 0 {
+		t.Errorf("released %v, left %v; want my-lock released", released, others)
+	}
+}

@@ -66,10 +66,10 @@ func (e *errProofBusy) Error() string {
 }
 
 // proofPath is where the proof of claim c is kept in dir: one file per
-// namespace, name, target, build and run id.
+// namespace, target, build and run id (what ReleaseBuild knows of it).
 func proofPath(dir string, c Claim) string {
 	h := sha256.New()
-	for _, f := range []string{c.Namespace, c.Name, c.Target, c.Repo, c.Branch, strconv.FormatInt(c.Build, 10), c.RunID} {
+	for _, f := range []string{c.Namespace, c.Target, c.Repo, c.Branch, strconv.FormatInt(c.Build, 10), c.RunID} {
 		h.Write([]byte(f))
 		h.Write([]byte{0})
 	}
