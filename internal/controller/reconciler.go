@@ -435,9 +435,11 @@ func (r *LockReconciler) observeGrantAndPods(ctx context.Context, reader client.
 // cached claims do not show (holderGone).
 func (r *LockReconciler) decideConfirmed(ctx context.Context, lock arbiter.Lock, obs observation, now time.Time, policy arbiter.Policy) (observation, arbiter.Decision, error) {
 	decision := r.decide(lock, obs, now, policy)
-	// A record restored while the Lease is missing from the cache rests on
-	// claims that may be staler than it: decide it again on live reads.
-	confirm := needsLiveConfirmation(decision) || (obs.lease == nil && showsHeld(obs.claims))
+	// A record restored from the claims (rule 11) rests on their statuses,
+	// which may be staler than the Lease (a holder deleted a moment ago
+	// still shown Held), and so does one about to be restored while the
+	// Lease is missing from the cache: decide it again on live reads.
+	confirm := needsLiveConfirmation(decision) || decision.Repair != "" || (obs.lease == nil && showsHeld(obs.claims))
 	if !confirm && decision.GrantChanged {
 		gone, err := r.holderGone(ctx, lock, obs)
 		if err != nil {
