@@ -359,7 +359,7 @@ func TestTheTimestampSkewIsThePolicys(t *testing.T) {
 // shows that claim Held, took the freed record for one edited to name
 // nobody and restored the deleted hold with its token (rule 11). The freed
 // record now records the vanished holder's end, so that a stale picture of
-// it is recognised as over.
+// it is recognized as over.
 func TestAStalePictureOfADeletedHolderIsNotRestored(t *testing.T) {
 	holder := heldSince(web5, 1, 30)
 	grant := Grant{Holder: "web-5", HolderUID: "uid-web-5", Token: 1, AcquiredAt: at(30),
