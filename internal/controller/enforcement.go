@@ -35,10 +35,15 @@ const (
 	// serviceAccountsAnnotation on an enforced grant Lease lists the
 	// claims namespace's pipeline service accounts ("*": all of them).
 	serviceAccountsAnnotation = "buildlock.io/enforced-service-accounts"
+	// repositoriesAnnotation on an enforced grant Lease lists the
+	// repositories whose CI identities are pipelines ("*": every one; so
+	// does its absence, on a Lease an older operator wrote).
+	repositoriesAnnotation = "buildlock.io/enforced-repositories"
 	// writerPodAnnotation and writerUserAnnotation record the holder's
 	// Writer (arbiter.Grant.Writer) in the grant's compare-and-swap.
 	writerPodAnnotation  = "buildlock.io/writer-pod-uid"
 	writerUserAnnotation = "buildlock.io/writer-username"
+	writerRunAnnotation  = "buildlock.io/writer-run"
 	// claimsNamespaceLabel on a binding names the lock's namespace.
 	claimsNamespaceLabel = "buildlock.io/claims-namespace"
 	// namespaceNameLabel is the label Kubernetes sets on every namespace.
@@ -50,6 +55,8 @@ const (
 type enforcement struct {
 	// serviceAccounts is serviceAccountsAnnotation's value.
 	serviceAccounts string
+	// repositories is repositoriesAnnotation's value.
+	repositories string
 }
 
 // enforcementOf returns the policy's enforcement, or nil.
@@ -57,18 +64,25 @@ func enforcementOf(p *buildlockv1.BuildLockPolicy) *enforcement {
 	if p == nil || p.Spec.Enforce == nil {
 		return nil
 	}
-	accounts := slices.Clone(p.Spec.Enforce.ServiceAccounts)
-	slices.Sort(accounts)
-	if len(accounts) == 0 {
-		return &enforcement{serviceAccounts: "*"}
+	return &enforcement{serviceAccounts: setOrAll(p.Spec.Enforce.ServiceAccounts), repositories: setOrAll(p.Spec.Enforce.Repositories)}
+}
+
+// setOrAll is names sorted and joined by commas, or "*" (all) when there
+// are none.
+func setOrAll(names []string) string {
+	if len(names) == 0 {
+		return "*"
 	}
-	return &enforcement{serviceAccounts: strings.Join(slices.Compact(accounts), ",")}
+	names = slices.Clone(names)
+	slices.Sort(names)
+	return strings.Join(slices.Compact(names), ",")
 }
 
 // writerOf is who may write into an enforced target while claim bl holds
 // it: its pod, when it has one (by UID: an enforced target requires
 // podRef.uid); else its requester's pod, when the requester's token was
-// bound to one; else its requester.
+// bound to one; else its requester (and its CI run, if its token named
+// one).
 func writerOf(bl *buildlockv1.BuildLock) arbiter.Writer {
 	switch r := bl.Spec.Requester; {
 	case bl.Spec.PodRef != nil:
@@ -78,15 +92,16 @@ func writerOf(bl *buildlockv1.BuildLock) arbiter.Writer {
 	case r.PodUID != "":
 		return arbiter.Writer{PodUID: r.PodUID}
 	default:
-		return arbiter.Writer{Username: r.Username}
+		return arbiter.Writer{Username: r.Username, Run: r.Run}
 	}
 }
 
 // setEnforcement writes the lock's enforcement onto the Lease: the
-// service-account annotation and the enforced label, or neither.
+// pipelines' annotations and the enforced label, or none of them.
 func setEnforcement(lease *coordinationv1.Lease, e *enforcement) {
 	if e == nil {
 		delete(lease.Annotations, serviceAccountsAnnotation)
+		delete(lease.Annotations, repositoriesAnnotation)
 		delete(lease.Labels, enforcedLabel)
 		return
 	}
@@ -94,6 +109,7 @@ func setEnforcement(lease *coordinationv1.Lease, e *enforcement) {
 		lease.Annotations = map[string]string{}
 	}
 	lease.Annotations[serviceAccountsAnnotation] = e.serviceAccounts
+	lease.Annotations[repositoriesAnnotation] = e.repositories
 	lease.Labels[enforcedLabel] = "true"
 }
 
@@ -103,11 +119,12 @@ func enforcementCurrent(lease *coordinationv1.Lease, e *enforcement) bool {
 		return e == nil
 	}
 	accounts, annotated := lease.Annotations[serviceAccountsAnnotation]
+	repositories, listed := lease.Annotations[repositoriesAnnotation]
 	_, labeled := lease.Labels[enforcedLabel]
 	if e == nil {
-		return !annotated && !labeled
+		return !annotated && !listed && !labeled
 	}
-	return labeled && accounts == e.serviceAccounts
+	return labeled && accounts == e.serviceAccounts && listed && repositories == e.repositories
 }
 
 // bindingName is the name of the lock's ValidatingAdmissionPolicyBinding:

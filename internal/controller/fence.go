@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -101,17 +102,20 @@ type fenceState struct {
 // grantFence is what of a grant Lease a fence enforces: the fields of
 // buildlock-enforce's refusal of the probe.
 type grantFence struct {
-	token, holder, writerPod, accounts, writerUser string
+	token, holder, writerPod, accounts, repositories, writerRun, writerUser string
 }
 
 // fenceOf is the fence that lease asks for.
 func fenceOf(lease *coordinationv1.Lease) grantFence {
 	f := grantFence{
-		token:      "0",
-		holder:     ptr.Deref(lease.Spec.HolderIdentity, ""),
-		writerPod:  lease.Annotations[writerPodAnnotation],
-		accounts:   lease.Annotations[serviceAccountsAnnotation],
-		writerUser: lease.Annotations[writerUserAnnotation],
+		token:     "0",
+		holder:    ptr.Deref(lease.Spec.HolderIdentity, ""),
+		writerPod: lease.Annotations[writerPodAnnotation],
+		accounts:  lease.Annotations[serviceAccountsAnnotation],
+		// As buildlock-enforce reads it: absent is every repository.
+		repositories: cmp.Or(lease.Annotations[repositoriesAnnotation], "*"),
+		writerRun:    lease.Annotations[writerRunAnnotation],
+		writerUser:   lease.Annotations[writerUserAnnotation],
 	}
 	if lease.Spec.LeaseTransitions != nil {
 		f.token = fmt.Sprint(*lease.Spec.LeaseTransitions)
@@ -159,9 +163,10 @@ func readProbe(lock arbiter.Lock, err error) (probeResult, grantFence) {
 		return probeFailed, grantFence{}
 	}
 	// writer-user comes last: a user name may hold any character.
-	fields := strings.SplitN(msg[i+len(probeMessagePrefix):], ";", 5)
 	var f grantFence
-	for j, dest := range []*string{&f.token, &f.holder, &f.writerPod, &f.accounts, &f.writerUser} {
+	dests := []*string{&f.token, &f.holder, &f.writerPod, &f.accounts, &f.repositories, &f.writerRun, &f.writerUser}
+	fields := strings.SplitN(msg[i+len(probeMessagePrefix):], ";", len(dests))
+	for j, dest := range dests {
 		if j >= len(fields) {
 			return probeFailed, grantFence{}
 		}

@@ -33,19 +33,19 @@ func TestReadProbe(t *testing.T) {
 	}{
 		"admitted": {result: probeAdmitted},
 		"refused with the grant": {
-			err:    refusal(ours, "buildlock-probe;token=3;holder=shop-41/uid-1;writer-pod=pod-1;accounts=pipeline;writer-user="),
-			result: probeRefused, fence: grantFence{token: "3", holder: "shop-41/uid-1", writerPod: "pod-1", accounts: "pipeline"},
+			err:    refusal(ours, "buildlock-probe;token=3;holder=shop-41/uid-1;writer-pod=pod-1;accounts=pipeline;repositories=acme/shop,acme/web;writer-run=;writer-user="),
+			result: probeRefused, fence: grantFence{token: "3", holder: "shop-41/uid-1", writerPod: "pod-1", accounts: "pipeline", repositories: "acme/shop,acme/web"},
 		},
 		"a user name may hold any character, the separator too": {
-			err:    refusal(ours, "buildlock-probe;token=1;holder=;writer-pod=;accounts=*;writer-user=https://idp#a;b=c"),
-			result: probeRefused, fence: grantFence{token: "1", accounts: "*", writerUser: "https://idp#a;b=c"},
+			err:    refusal(ours, "buildlock-probe;token=1;holder=;writer-pod=;accounts=*;repositories=*;writer-run=5005/1;writer-user=https://idp#a;b=c"),
+			result: probeRefused, fence: grantFence{token: "1", accounts: "*", repositories: "*", writerRun: "5005/1", writerUser: "https://idp#a;b=c"},
 		},
 		"the grant Lease is missing": {
 			err:    invalid(ours, "failed to configure binding: no params found for policy binding with `Deny` parameterNotFoundAction"),
 			result: probeParamMissing,
 		},
 		"refused by another lock's binding": {
-			err:    refusal("buildlock-enforce.other.staging", "buildlock-probe;token=3;holder=;writer-pod=;accounts=*;writer-user="),
+			err:    refusal("buildlock-enforce.other.staging", "buildlock-probe;token=3;holder=;writer-pod=;accounts=*;repositories=*;writer-run=;writer-user="),
 			result: probeFailed,
 		},
 		"refused by RBAC": {
@@ -75,15 +75,16 @@ func TestFenceOfMatchesTheProbesFields(t *testing.T) {
 	lease := &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
 			writerPodAnnotation: "pod-1", serviceAccountsAnnotation: "pipeline", writerUserAnnotation: "u",
+			repositoriesAnnotation: "acme/shop", writerRunAnnotation: "5005/1",
 		}},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("shop-41/uid-1"), LeaseTransitions: ptr.To(int32(7))},
 	}
-	want := grantFence{token: "7", holder: "shop-41/uid-1", writerPod: "pod-1", accounts: "pipeline", writerUser: "u"}
+	want := grantFence{token: "7", holder: "shop-41/uid-1", writerPod: "pod-1", accounts: "pipeline", repositories: "acme/shop", writerRun: "5005/1", writerUser: "u"}
 	if got := fenceOf(lease); got != want {
 		t.Errorf("fenceOf = %+v, want %+v", got, want)
 	}
-	if got := fenceOf(&coordinationv1.Lease{}); got != (grantFence{token: "0"}) {
-		t.Errorf("fenceOf(an empty Lease) = %+v, want token 0 as buildlock-enforce says it", got)
+	if got := fenceOf(&coordinationv1.Lease{}); got != (grantFence{token: "0", repositories: "*"}) {
+		t.Errorf("fenceOf(an empty Lease) = %+v, want token 0 and every repository, as buildlock-enforce says them", got)
 	}
 }
 
