@@ -212,10 +212,10 @@ var _ = Describe("CI identities from OIDC tokens", Ordered, func() {
 
 	It("refuses tokens of another organization, for another audience, or from another issuer's key", func() {
 		for what, job := range map[string]ciJob{
-			"GitHub, another organization": githubJob("evil/shop", "1", "1").with(map[string]any{"repository_owner_id": "666"}),
-			"GitHub, another audience":     shop.with(map[string]any{"aud": "https://github.com/acme"}),
-			"GitLab, another group":        gitlabJob("evil/api", "1"),
-			"GitLab, expired":              api.with(map[string]any{"exp": time.Now().Add(-time.Minute).Unix()}),
+			"GitHub, another organization":  githubJob("evil/shop", "1", "1").with(map[string]any{"repository_owner_id": "666"}),
+			"GitHub, another audience":      shop.with(map[string]any{"aud": "https://github.com/acme"}),
+			"GitLab, another group":         gitlabJob("evil/api", "1"),
+			"GitLab, expired":               api.with(map[string]any{"exp": time.Now().Add(-time.Minute).Unix()}),
 			"GitLab's key, GitHub's issuer": {issuer: &gitlabIssuer, claims: shop.with(map[string]any{"iss": "https://token.actions.githubusercontent.com"}).claims},
 		} {
 			_, err := job.whoami()
@@ -258,7 +258,7 @@ var _ = Describe("CI identities from OIDC tokens", Ordered, func() {
 		It("admits the holder's run and refuses another repository's, another run's and another CI system's", func() {
 			Eventually(func() error { return deployAs(shop, target, "from-holder") }).Should(Succeed())
 			Expect(deployAs(web, target, "from-web")).To(beRefusedWith("held by BuildLock "+ci+"/shop-42", "kubectl buildlock acquire"))
-			Expect(deployAs(githubJob("acme/shop", "5006", "1"), target, "from-another-run")).To(beRefusedWith("held by BuildLock "+ci+"/shop-42"))
+			Expect(deployAs(githubJob("acme/shop", "5006", "1"), target, "from-another-run")).To(beRefusedWith("held by BuildLock " + ci + "/shop-42"))
 			Expect(deployAs(shop.with(map[string]any{"run_attempt": "2"}), target, "from-a-rerun")).To(beRefusedWith("held by BuildLock"))
 			Expect(deployAs(api, target, "from-gitlab")).To(beRefusedWith("held by BuildLock"))
 			Expect(deploy(identity{user: "alice"}, target, "from-alice")).To(Succeed())
