@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -11,8 +10,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	clientauthenticationv1 "k8s.io/client-go/pkg/apis/clientauthentication/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/buildlock/buildlock/pkg/lock"
@@ -39,10 +36,6 @@ const oidcTokenExample = `  # The user of a kubeconfig, on GitHub Actions
         command: kubectl-buildlock
         args: [oidc-token, --audience, https://k8s.example.com]
         interactiveMode: Never`
-
-// idTokenRefresh is how long before its expiry a token is asked for again,
-// so that a request never leaves with a token about to expire.
-const idTokenRefresh = time.Minute
 
 // idTokenFlags choose where the job's ID token comes from.
 type idTokenFlags struct {
@@ -96,14 +89,12 @@ func (o *oidcTokenOptions) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cred := clientauthenticationv1.ExecCredential{
-		TypeMeta: metav1.TypeMeta{APIVersion: clientauthenticationv1.SchemeGroupVersion.String(), Kind: "ExecCredential"},
-		Status: &clientauthenticationv1.ExecCredentialStatus{
-			Token:               t.Token,
-			ExpirationTimestamp: ptr.To(metav1.NewTime(t.Expiry.Add(-idTokenRefresh))),
-		},
+	data, err := t.ExecCredential()
+	if err != nil {
+		return err
 	}
-	return json.NewEncoder(o.f.streams.Out).Encode(cred)
+	_, err = fmt.Fprintf(o.f.streams.Out, "%s\n", data)
+	return err
 }
 
 const oidcKubeconfigLong = `Print a kubeconfig with which this CI job reaches the cluster at --server with its

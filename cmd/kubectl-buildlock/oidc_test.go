@@ -15,9 +15,10 @@ import (
 	"time"
 
 	rbacv1 "k8s.io/api/rbac/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	clientauthenticationv1 "k8s.io/client-go/pkg/apis/clientauthentication/v1"
+
+	"sigs.k8s.io/yaml"
 
 	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
 	"github.com/buildlock/buildlock/pkg/lock"
@@ -123,11 +124,16 @@ func TestOIDCTokenPrintsAnExecCredential(t *testing.T) {
 // refused.
 func TestAGitHubJobClaimsWithItsOIDCToken(t *testing.T) {
 	f := newFixture(t)
-	must(t, admin.Create(context.Background(), &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "github-acme"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: pipelineRole},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "Group", Name: "github:acme"}},
-	}))
+	// The example's RoleBinding, in the test's namespace.
+	data, err := os.ReadFile(filepath.Join("..", "..", "examples", "github-actions", "rbac-oidc.yaml"))
+	must(t, err)
+	binding := &rbacv1.RoleBinding{}
+	must(t, yaml.UnmarshalStrict(data, binding))
+	if binding.RoleRef.Name != pipelineRole {
+		t.Fatalf("examples/github-actions/rbac-oidc.yaml binds %s, want %s", binding.RoleRef.Name, pipelineRole)
+	}
+	binding.Namespace = f.ns
+	must(t, admin.Create(context.Background(), binding))
 	endpoint := newGitHubTokenEndpoint(t)
 	shop := endpoint.job("acme/shop", "5005")
 	ca := base64.StdEncoding.EncodeToString(adminCfg.CAData)

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clientauthenticationv1 "k8s.io/client-go/pkg/apis/clientauthentication/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
@@ -43,6 +45,21 @@ type IDToken struct {
 	// Expiry is the token's exp claim, read without verifying the token
 	// (the API server verifies it): when to ask for a new one.
 	Expiry time.Time
+}
+
+// idTokenRefresh is how long before its expiry a token is asked for again,
+// so that a request never leaves with a token about to expire.
+const idTokenRefresh = time.Minute
+
+// ExecCredential is the token as a kubeconfig's exec credential plugin
+// prints it (client.authentication.k8s.io/v1), due a minute before the
+// token expires: client-go runs the plugin again from then on.
+func (t IDToken) ExecCredential() ([]byte, error) {
+	expires := metav1.NewTime(t.Expiry.Add(-idTokenRefresh))
+	return json.Marshal(clientauthenticationv1.ExecCredential{
+		TypeMeta: metav1.TypeMeta{APIVersion: clientauthenticationv1.SchemeGroupVersion.String(), Kind: "ExecCredential"},
+		Status:   &clientauthenticationv1.ExecCredentialStatus{Token: t.Token, ExpirationTimestamp: &expires},
+	})
 }
 
 // FetchIDToken returns the job's ID token, from src in the job's
