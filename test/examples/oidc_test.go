@@ -281,3 +281,17 @@ func mustDecodePayload(t *testing.T, token string) []byte {
 	}
 	return data
 }
+
+// TestInstallDocsShowTheExampleAuthenticationConfigs: docs/install.md shows
+// each example's authentication configuration as it is, from its
+// apiVersion on; the test API server runs with these very files
+// (internal/controller's suite).
+func TestInstallDocsShowTheExampleAuthenticationConfigs(t *testing.T) {
+	doc := mustRead(t, "docs/install.md")
+	for _, file := range []string{"examples/github-actions/authentication.yaml", "examples/gitlab/authentication.yaml"} {
+		_, body, ok := strings.Cut(mustRead(t, file), "\napiVersion:")
+		if !ok || !strings.Contains(doc, "```yaml\napiVersion:"+body+"```") {
+			t.Errorf("docs/install.md does not show %s as it is", file)
+		}
+	}
+}
