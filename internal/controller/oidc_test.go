@@ -1,7 +1,6 @@
 package controller_test
 
 import (
-	"fmt"
 	"strings"
 	"time"
 
@@ -150,16 +149,7 @@ func (j ciJob) whoami() (authenticationv1.UserInfo, error) {
 // grantAllToGroup gives the members of group every right in namespace ns.
 func grantAllToGroup(ns, group string) {
 	GinkgoHelper()
-	name := fmt.Sprintf("all-%d", time.Now().UnixNano())
-	Expect(k8sClient.Create(ctx, &rbacv1.Role{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"*"}, Resources: []string{"*"}, Verbs: []string{"*"}}},
-	})).To(Succeed())
-	Expect(k8sClient.Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: group}},
-	})).To(Succeed())
+	grantAllTo(ns, rbacv1.Subject{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: group})
 }
 
 // Issue 25: hosted runners reach the cluster with their CI job's OIDC token,
