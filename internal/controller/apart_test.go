@@ -98,17 +98,7 @@ var _ = Describe("A controller that fails", func() {
 		policy := &buildlockv1.BuildLockPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: target}}
 		policy.Spec.Enforce = &buildlockv1.Enforcement{}
 		Expect(k8sClient.Create(ctx, policy)).To(Succeed())
-		for _, c := range []struct {
-			name, repo string
-			build      int64
-			phase      buildlockv1.Phase
-		}{{"shop-41", "acme/shop", 41, buildlockv1.PhaseHeld}, {"web-7", "acme/web", 7, buildlockv1.PhaseWaiting}} {
-			pod := createPod(ns, c.name)
-			bl := newClaim(ns, c.name, claimOpts{target: target, repo: c.repo, build: c.build})
-			bl.Spec.PodRef = &buildlockv1.PodReference{Name: pod.Name, UID: string(pod.UID)}
-			Expect(k8sClient.Create(ctx, bl)).To(Succeed())
-			expectPhase(ns, c.name, c.phase)
-		}
+		holderAndWaiter(ns, target)
 		setPodPhase(ns, "shop-41", corev1.PodSucceeded)
 		Expect(expectPhase(ns, "web-7", buildlockv1.PhaseHeld).Status.FencingToken).To(Equal(int64(2)))
 		expectReady(ns, target, buildlockv1.ReasonApplied)
