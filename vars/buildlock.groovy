@@ -17,6 +17,9 @@
 //      Repo, branch and build come from JOB_NAME, BRANCH_NAME and
 //      BUILD_NUMBER; on a Kubernetes agent in the claims' namespace the claim
 //      names the agent pod, and the operator releases it when the pod ends.
+//      Each stage claims for itself: its run id is BUILD_TAG, STAGE_NAME and
+//      the agent's workspace, so parallel stages of one build never share a
+//      claim, and the release below finds this stage's own.
 //   2. The body runs with BUILDLOCK_FENCING_TOKEN and BUILDLOCK_TARGET set.
 //   3. The lock is released, whatever the body did.
 //

@@ -118,6 +118,13 @@ const (
 	RunIDAnnotation = "buildlock.io/run-id"
 	// MaxRunIDLength bounds RunIDAnnotation's value.
 	MaxRunIDLength = 128
+	// RunProofAnnotation is "sha256:<hex>", the SHA-256 of a secret that
+	// only the job that created the BuildLock keeps (pkg/lock writes it to a
+	// file in the job's own directory). A client re-attaches to a claim of
+	// its run id only when it can show that secret, so that two jobs that
+	// compute the same run id never share a claim. The claim being
+	// readable, the secret itself is never on it.
+	RunProofAnnotation = "buildlock.io/run-proof"
 )
 
 // EnforcementProbeUser is the user name the operator impersonates to probe

@@ -31,14 +31,19 @@ once the lock is held; the claim stays until released, until its pod ends, or
 With -- CMD, run CMD while holding the lock (BUILDLOCK_FENCING_TOKEN, _NAME,
 _NAMESPACE and _TARGET in its environment; a pod-less claim renewed), then release
 it and exit with CMD's code. If the claim stops holding meanwhile (deleted,
-force-released, expired), CMD is stopped (SIGTERM to its process group, SIGKILL
-after --grace-period) and acquire exits 5. Signals while waiting delete the claim;
-while CMD runs, they are passed on to it.
+force-released, expired, or not renewed in time), CMD is stopped (SIGTERM to its
+process group, SIGKILL after --grace-period) and acquire exits 5. CMD dies with
+the plugin: if the plugin is killed, even with SIGKILL, CMD's process group gets
+SIGTERM, then SIGKILL after --grace-period. Signals while waiting delete the
+claim; while CMD runs, they are passed on to it.
 
 Repo, branch, build, pod and run id default from the variables of GitHub Actions,
-GitLab CI, Tekton and Jenkins X, and Jenkins (see docs/pipelines.md). A retried
-step waits on its run's claim; another run's claim of the build is never shared:
-acquire exits 6 while it is in the running, and replaces it once it finished.
+GitLab CI, Tekton and Jenkins X, and Jenkins (see docs/pipelines.md). A claim is
+re-used only by the job that created it: a step retried after the plugin died
+waits on its claim again. Another run's claim of the build, or another job's that
+computed the same run id, is never shared: acquire exits 6 while it is in the
+running (give each job its own run id with --run-id or BUILDLOCK_RUN_ID), and
+replaces another run's once it finished.
 
 ` + exitCodesHelp
 
@@ -79,7 +84,8 @@ func newAcquireCommand(o *acquireOptions) *cobra.Command {
 	fs.StringVar(&o.claim.Name, "name", "", "The BuildLock's name (default: derived from repo, branch, build and target).")
 	fs.DurationVar(&o.timeout, "timeout", 0, "How long to wait for the lock before giving up (exit 4, the claim is deleted); 0 waits until interrupted.")
 	fs.DurationVar(&o.claim.ExpiresAfter, "expires-after", 0, "For a claim without a pod: how long the hold lasts without renewal (10s to 24h). Default: 2m with -- CMD (renewed every third of it while it runs), else the API's 1h.")
-	fs.DurationVar(&o.gracePeriod, "grace-period", 10*time.Second, "With -- CMD: how long CMD has to exit after SIGTERM when the claim stops holding, before SIGKILL.")
+	fs.DurationVar(&o.gracePeriod, "grace-period", 10*time.Second, "With -- CMD: how long CMD has to exit after SIGTERM when the claim stops holding or the plugin dies, before SIGKILL; "+
+		"less than half of --expires-after for a claim without a pod.")
 	return cmd
 }
 
@@ -96,8 +102,9 @@ func (o *acquireOptions) Complete(cmd *cobra.Command, args []string) error {
 		return usagef("acquire takes no arguments, got %q; put the command to run after --", args)
 	}
 	fs, ci := cmd.Flags(), lock.DetectCI(o.f.env)
-	o.build.complete(fs, ci)
+	o.build.complete(fs, ci, o.f)
 	o.claim.Repo, o.claim.Branch, o.claim.Build, o.claim.RunID = o.build.repo, o.build.branch, o.build.build, o.build.runID
+	o.claim.StateDir = o.build.stateDir
 	podFromEnv := !fs.Changed("pod") && ci.Pod != ""
 	if podFromEnv {
 		o.claim.PodName = ci.Pod
@@ -112,6 +119,9 @@ func (o *acquireOptions) Complete(cmd *cobra.Command, args []string) error {
 	}
 	if ci.System != "" {
 		o.notes = append(o.notes, fmt.Sprintf("Found %s variables.", ci.System))
+	}
+	if o.build.localRunID {
+		o.notes = append(o.notes, fmt.Sprintf("No CI variables name this run: it is run %s, this user on this machine (--run-id to choose another).", o.claim.RunID))
 	}
 	var err error
 	if o.claim.Namespace, err = o.f.namespace(); err != nil {
@@ -136,15 +146,31 @@ func (o *acquireOptions) Complete(cmd *cobra.Command, args []string) error {
 	return nil
 }
 
-// Validate checks the claim as the API server would.
+// Validate checks the claim as the API server would, and that a command
+// under a pod-less claim can be stopped before the claim expires.
 func (o *acquireOptions) Validate() error {
 	switch {
 	case o.timeout < 0:
 		return errors.New("--timeout must not be negative")
 	case o.gracePeriod < 0:
 		return errors.New("--grace-period must not be negative")
+	case len(o.command) > 0 && o.claim.PodName == "" && o.claim.ExpiresAfter > 0 && o.gracePeriod >= o.claim.ExpiresAfter/2:
+		return fmt.Errorf("--grace-period %s must be less than half of --expires-after %s: CMD must be stopped before a claim that is not renewed expires",
+			o.gracePeriod, o.claim.ExpiresAfter)
 	}
 	return o.claim.Validate()
+}
+
+// renewDeadline is how long a pod-less claim may go without a successful
+// renewal while CMD runs before CMD is stopped: so that SIGTERM, the grace
+// period and a tenth of expiresAfter (for the clocks) fit before the claim
+// can expire.
+func (o *acquireOptions) renewDeadline() time.Duration {
+	e := o.claim.ExpiresAfter
+	if e == 0 {
+		e = buildlockv1.DefaultExpiresAfter
+	}
+	return e - o.gracePeriod - e/10
 }
 
 // Run acquires the lock and, with a command, runs it while holding it.
@@ -178,7 +204,11 @@ func (o *acquireOptions) Run(ctx context.Context) error {
 		}
 	})
 	p := &progress{out: stderr}
-	hold, err := lock.AcquireHold(waitCtx, c, o.claim, lock.WithObserver(p.observe), lock.WithErrorHandler(warnOnce(stderr)))
+	opts := []lock.Option{lock.WithObserver(p.observe), lock.WithErrorHandler(warnOnce(stderr))}
+	if len(o.command) > 0 {
+		opts = append(opts, lock.WithRenewDeadline(o.renewDeadline()))
+	}
+	hold, err := lock.AcquireHold(waitCtx, c, o.claim, opts...)
 	stopWaiting()
 	wg.Wait()
 	p.stop()
@@ -197,6 +227,9 @@ func (o *acquireOptions) Run(ctx context.Context) error {
 		return o.runHolding(hold, signals)
 	}
 	_, err = fmt.Fprintln(o.f.streams.Out, hold.Token)
+	if detachErr := hold.Detach(); detachErr != nil {
+		fmt.Fprintf(stderr, "warning: %v; release --mine may not find the claim, release it by name\n", detachErr)
+	}
 	fmt.Fprintf(stderr, "The hold ends when released (kubectl buildlock release %s -n %s), or %s.\n", hold.Name, hold.Namespace, howItEnds(hold.BuildLock))
 	return err
 }
@@ -224,9 +257,7 @@ func reportOutcome(stderr io.Writer, err error) error {
 	case errors.As(err, &ended) && ended.Reason != lock.ReasonDeleted:
 		hint = fmt.Sprintf("To try again, delete it first: kubectl buildlock release %s -n %s", ended.Name, ended.Namespace)
 	case errors.As(err, &otherRun):
-		bl := otherRun.BuildLock
-		hint = fmt.Sprintf("This run claimed nothing. Wait until the other run has finished, or end its claim: "+
-			"kubectl buildlock release %s -n %s (force-release --target %s if it holds).", bl.Name, bl.Namespace, bl.Spec.Target)
+		hint = otherRunHint(otherRun)
 	case errors.As(err, &timeout) && timeout.CleanupErr == nil:
 		hint = "Deleted the claim."
 	case !errors.Is(err, lock.ErrEnded) && !errors.Is(err, lock.ErrTimeout):
@@ -235,6 +266,25 @@ func reportOutcome(stderr io.Writer, err error) error {
 	msg := err.Error()
 	fmt.Fprintln(stderr, strings.TrimSpace(strings.ToUpper(msg[:1])+msg[1:]+"\n"+hint))
 	return codeErr(exitCode(err))
+}
+
+// otherRunHint says what to do about a claim of another run, or of another
+// job with the same run id, that stands in the way.
+func otherRunHint(e *lock.ClaimedByAnotherRunError) string {
+	hint := "This run claimed nothing."
+	switch {
+	case e.HandedOver:
+		bl := e.BuildLock
+		return hint + fmt.Sprintf(" The job holds it with fencing token %d: use that, or release it first: kubectl buildlock release %s -n %s.",
+			bl.Status.FencingToken, bl.Name, bl.Namespace)
+	case e.SameRunID():
+		return hint + " Two jobs (or two processes) compute the same run id: give each job its own, with --run-id or the variable " +
+			"BUILDLOCK_RUN_ID (or BUILDLOCK_JOB, appended to the CI system's run id: in a GitHub matrix, ${{ strategy.job-index }}; " +
+			"the buildlock action sets it), and see docs/pipelines.md."
+	}
+	bl := e.BuildLock
+	return hint + fmt.Sprintf(" Wait until the other run has finished, or end its claim: "+
+		"kubectl buildlock release %s -n %s (force-release --target %s if it holds).", bl.Name, bl.Namespace, bl.Spec.Target)
 }
 
 // progress tells the user how the claim stands while it waits: each new
@@ -256,6 +306,10 @@ func (p *progress) observe(ev lock.Event) {
 	case lock.EventReplaced:
 		fmt.Fprintf(p.out, "Deleted BuildLock %s/%s, a finished claim (%s) of this build left by another run (%s), to claim its name.\n",
 			bl.Namespace, bl.Name, bl.Status.Phase, lock.RunIDOf(bl))
+		return
+	case lock.EventNameTaken:
+		fmt.Fprintf(p.out, "BuildLock %s/%s, the name this claim would have, is not this job's (%s%s); claiming under another name.\n",
+			bl.Namespace, bl.Name, lock.Describe(bl), requestedBy(bl))
 		return
 	case lock.EventCreated, lock.EventAttached:
 		verb, life := "Created", "no pod: renewed while this runs"
@@ -282,6 +336,14 @@ func (p *progress) observe(ev lock.Event) {
 	if ev.Place != nil {
 		p.say(&p.place, fmt.Sprintf("Place in the queue for %s: %s.", bl.Spec.Target, ev.Place))
 	}
+}
+
+// requestedBy is ", created by <user>" when bl says who created it.
+func requestedBy(bl *buildlockv1.BuildLock) string {
+	if r := bl.Spec.Requester; r != nil && r.Username != "" {
+		return ", created by " + r.Username
+	}
+	return ""
 }
 
 // say prints line unless *last says it already.
@@ -316,15 +378,14 @@ func releaseAndSay(stderr io.Writer, hold *lock.Hold) {
 
 // runHolding runs the command while the lock is held: it passes signals on
 // to it, stops it when the claim stops holding, releases the lock when it
-// ends, and returns the exit code as a codeErr.
+// ends, and returns the exit code as a codeErr. The command dies with the
+// plugin (see process_unix.go).
 func (o *acquireOptions) runHolding(hold *lock.Hold, signals <-chan os.Signal) error {
 	stderr, name := o.f.streams.ErrOut, o.command[0]
-	cmd := exec.Command(name, o.command[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = o.f.streams.In, o.f.streams.Out, stderr
-	cmd.Env = append(slices.Clone(o.f.environ), "BUILDLOCK_FENCING_TOKEN="+strconv.FormatInt(hold.Token, 10),
+	env := append(slices.Clone(o.f.environ), "BUILDLOCK_FENCING_TOKEN="+strconv.FormatInt(hold.Token, 10),
 		"BUILDLOCK_NAME="+hold.Name, "BUILDLOCK_NAMESPACE="+hold.Namespace, "BUILDLOCK_TARGET="+o.claim.Target)
-	group := startOwnGroup(cmd, o.f.streams.In)
-	if err := cmd.Start(); err != nil {
+	cmd, err := startCommand(name, o.command[1:], env, o.f.streams, o.gracePeriod)
+	if err != nil {
 		fmt.Fprintf(stderr, "error: starting %s: %v\n", name, err)
 		releaseAndSay(stderr, hold)
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
@@ -332,30 +393,29 @@ func (o *acquireOptions) runHolding(hold *lock.Hold, signals <-chan os.Signal) e
 		}
 		return codeErr(126)
 	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait() // its result is in cmd.ProcessState
-		close(exited)
-	}()
+	exited := make(chan *os.ProcessState)
+	go func() { exited <- cmd.wait() }()
 	watchCtx, stopWatching := context.WithCancel(context.Background())
 	defer stopWatching()
 	lost := make(chan error, 1)
 	go func() { lost <- hold.WaitLost(watchCtx) }()
 
-	var caught os.Signal
-	var lostErr error
-	var kill <-chan time.Time
-	for exited != nil {
+	var (
+		caught  os.Signal
+		lostErr error
+		kill    <-chan time.Time
+		state   *os.ProcessState
+	)
+	for state == nil {
 		select {
-		case <-exited:
-			exited = nil
+		case state = <-exited:
 		case sig := <-signals:
 			if caught != nil {
 				sig = os.Kill
 			}
 			caught = cmp.Or(caught, sig)
 			fmt.Fprintf(stderr, "Received a signal; sending %s to %s.\n", sig, name)
-			signalCommand(cmd, group, sig)
+			cmd.signal(sig)
 		case err := <-lost:
 			lost = nil
 			if !errors.Is(err, lock.ErrLost) {
@@ -364,14 +424,14 @@ func (o *acquireOptions) runHolding(hold *lock.Hold, signals <-chan os.Signal) e
 			}
 			lostErr, kill = err, time.After(o.gracePeriod)
 			fmt.Fprintf(stderr, "error: %v\nStopping %s: the lock may be someone else's now (SIGTERM; SIGKILL after %s).\n", err, name, o.gracePeriod)
-			signalCommand(cmd, group, syscall.SIGTERM)
+			cmd.signal(syscall.SIGTERM)
 		case <-kill:
 			fmt.Fprintf(stderr, "%s still runs %s after SIGTERM; killing it.\n", name, o.gracePeriod)
-			signalCommand(cmd, group, os.Kill)
+			cmd.signal(os.Kill)
 		}
 	}
 	stopWatching()
-	code := exitStatus(cmd.ProcessState)
+	code := exitStatus(state)
 	releaseAndSay(stderr, hold)
 	switch {
 	case lostErr != nil:

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -21,22 +23,33 @@ type buildFlags struct {
 	repo, branch string
 	build        int64
 	runID        string
+	// stateDir is where this job keeps its claims' proofs: the CI system's
+	// job directory, else the temp directory.
+	stateDir string
+	// localRunID says the run id is this person's on this machine: no CI
+	// system gave one.
+	localRunID bool
 }
 
 func (b *buildFlags) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&b.repo, "repo", "", "The repository, owner/name (default: from CI variables).")
 	fs.StringVar(&b.branch, "branch", "", "The branch that was built (default: from CI variables).")
 	fs.Int64Var(&b.build, "build", 0, "The build number; higher is newer (default: from CI variables).")
-	fs.StringVar(&b.runID, "run-id", "", "This run's id: a claim of this build is re-used only if it carries it, so that a re-run never shares the first run's claim (default: from CI variables; acquire: else random).")
+	fs.StringVar(&b.runID, "run-id", "", "This job's run id: two jobs that share one must never share a claim, and a re-run never shares the first run's "+
+		"(default: $BUILDLOCK_RUN_ID, else from CI variables, else <user>@<host>; see docs/pipelines.md).")
 }
 
-// complete fills what the flags left out from ci. Explicit flags win, even
-// when empty.
-func (b *buildFlags) complete(fs *pflag.FlagSet, ci lock.CI) {
+// complete fills what the flags left out from ci, and from f outside CI.
+// Explicit flags win, even when empty.
+func (b *buildFlags) complete(fs *pflag.FlagSet, ci lock.CI, f *factory) {
 	defaultFrom(fs, "repo", &b.repo, ci.Repo)
 	defaultFrom(fs, "branch", &b.branch, ci.Branch)
 	defaultFrom(fs, "build", &b.build, ci.Build)
 	defaultFrom(fs, "run-id", &b.runID, ci.RunID)
+	if !fs.Changed("run-id") && b.runID == "" {
+		b.runID, b.localRunID = f.localRunID(), true
+	}
+	b.stateDir = cmp.Or(ci.StateDir, f.env["TMPDIR"], os.TempDir())
 }
 
 // missing names the flags that neither the command line nor CI variables

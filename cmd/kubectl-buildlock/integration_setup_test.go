@@ -5,7 +5,8 @@ package main
 // running in-process (internal/testenv), once for the whole package; it
 // starts on the first test that needs it and stops in TestMain. The plugin
 // runs as a pipeline user bound to the buildlock-pipeline ClusterRole of
-// config/rbac/pipeline_role.yaml. Each test works in a namespace of its own.
+// config/rbac/pipeline_role.yaml, with the admission policies of
+// config/enforcement installed. Each test works in a namespace of its own.
 
 import (
 	"context"
@@ -67,9 +68,14 @@ func setup() error {
 	if workDir, err = os.MkdirTemp("", "kubectl-buildlock-test-"); err != nil {
 		return err
 	}
-	pluginPath = filepath.Join(workDir, "kubectl-buildlock")
-	if out, err := exec.Command("go", "build", "-o", pluginPath, ".").CombinedOutput(); err != nil {
-		return fmt.Errorf("building the plugin: %w\n%s", err, out)
+	// BUILDLOCK_TEST_PLUGIN runs these tests against another build of the
+	// plugin (another release, say) instead of this one.
+	pluginPath = os.Getenv("BUILDLOCK_TEST_PLUGIN")
+	if pluginPath == "" {
+		pluginPath = filepath.Join(workDir, "kubectl-buildlock")
+		if out, err := exec.Command("go", "build", "-o", pluginPath, ".").CombinedOutput(); err != nil {
+			return fmt.Errorf("building the plugin: %w\n%s", err, out)
+		}
 	}
 	managerLog = filepath.Join(workDir, "manager.log")
 	logFile, err := os.Create(managerLog)
@@ -86,6 +92,11 @@ func setup() error {
 	}
 	if admin, err = client.NewWithWatch(adminCfg, client.Options{Scheme: testenv.Scheme()}); err != nil {
 		return err
+	}
+	// As in a cluster with enforcement installed: every claim carries its
+	// requester, which acquire compares with its own identity.
+	if err := testenv.InstallEnforcement(context.Background(), adminCfg); err != nil {
+		return fmt.Errorf("installing the admission policies: %w", err)
 	}
 	if manager, err = testenv.StartManager(context.Background(), adminCfg, testenv.ManagerOptions{}); err != nil {
 		return err
@@ -212,7 +223,9 @@ type proc struct {
 }
 
 // plugin starts the plugin with args, as the pipeline user, with a clean
-// environment (no CI variables of the machine running the tests) plus env.
+// environment (no CI variables of the machine running the tests; the
+// test's directory as TMPDIR, where acquire keeps its proofs outside CI)
+// plus env.
 func (f *fixture) plugin(env map[string]string, args ...string) *proc {
 	f.t.Helper()
 	return f.pluginAs(f.kubeconfig, env, args...)
@@ -220,8 +233,22 @@ func (f *fixture) plugin(env map[string]string, args ...string) *proc {
 
 func (f *fixture) pluginAs(kubeconfig string, env map[string]string, args ...string) *proc {
 	f.t.Helper()
-	p := &proc{cmd: exec.Command(pluginPath, args...), stdout: &testenv.SyncBuffer{}, stderr: &testenv.SyncBuffer{}, done: make(chan struct{})}
-	p.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + f.dir, "KUBECONFIG=" + kubeconfig}
+	return f.start(exec.Command(pluginPath, args...), kubeconfig, env)
+}
+
+// pluginInGroup is plugin in a process group of its own, as a CI runner
+// starts a job's steps, so that the test can signal that group.
+func (f *fixture) pluginInGroup(env map[string]string, args ...string) *proc {
+	f.t.Helper()
+	cmd := exec.Command(pluginPath, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	return f.start(cmd, f.kubeconfig, env)
+}
+
+func (f *fixture) start(cmd *exec.Cmd, kubeconfig string, env map[string]string) *proc {
+	f.t.Helper()
+	p := &proc{cmd: cmd, stdout: &testenv.SyncBuffer{}, stderr: &testenv.SyncBuffer{}, done: make(chan struct{})}
+	p.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + f.dir, "KUBECONFIG=" + kubeconfig, "TMPDIR=" + f.dir, "USER=ci"}
 	for k, v := range env {
 		p.cmd.Env = append(p.cmd.Env, k+"="+v)
 	}
@@ -308,6 +335,15 @@ func (f *fixture) helperRun(id string) (r helperRun, ran bool) {
 		must(f.t, err)
 	}
 	return r, true
+}
+
+// pidOf reads the pid helper id wrote to its file of suffix (.pid, .child,
+// .escaped).
+func (f *fixture) pidOf(id, suffix string) string {
+	f.t.Helper()
+	data, err := os.ReadFile(filepath.Join(f.dir, id+suffix))
+	must(f.t, err)
+	return string(data)
 }
 
 // started waits until helper id has started.

@@ -403,14 +403,22 @@ func TestASecondRunOfTheSameBuildNeverDeploysAtTheSameTime(t *testing.T) {
 	if _, ran := f.helperRun("second"); ran {
 		t.Error("the second run ran its command")
 	}
+	f.ranUntouched(first, "first", claim)
+}
+
+// ranUntouched checks that the plugin p, whose command is helper id,
+// held claim untouched by what the test did meanwhile, and that its command
+// ran to its end and p exited 0.
+func (f *fixture) ranUntouched(p *proc, id string, claim *buildlockv1.BuildLock) {
+	f.t.Helper()
 	if bl := f.get(claim.Name); bl == nil || bl.UID != claim.UID || bl.Status.Phase != buildlockv1.PhaseHeld {
-		t.Errorf("the first run's claim changed: %+v", bl)
+		f.t.Errorf("%s's claim changed: %+v", id, bl)
 	}
-	if code := first.wait(t, time.Minute); code != exitOK {
-		t.Errorf("the first run exited %d; stderr:\n%s", code, first.stderr)
+	if code := p.wait(f.t, time.Minute); code != exitOK {
+		f.t.Errorf("%s exited %d; stderr:\n%s", id, code, p.stderr)
 	}
-	if run, _ := f.helperRun("first"); run.end == 0 {
-		t.Error("the first run's command did not run to its end")
+	if run, _ := f.helperRun(id); run.end == 0 {
+		f.t.Errorf("%s's command did not run to its end", id)
 	}
 }
 
@@ -530,41 +538,40 @@ func pipelineClient(t *testing.T) client.WithWatch {
 	return c
 }
 
-func TestARetriedAcquireAttachesToItsClaim(t *testing.T) {
+// TestTheGoClientNeverHandsOneClaimToTwoAcquisitions: a second Acquire of
+// the same claim while the first holds (the same run id; no proof of the
+// first's) is refused, whatever the run id says; another pod's claim of
+// the same build takes a fallback name and is a duplicate of the holder.
+func TestTheGoClientNeverHandsOneClaimToTwoAcquisitions(t *testing.T) {
 	f := newFixture(t)
 	c := pipelineClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	claim := lock.Claim{Namespace: f.ns, Target: "staging", Repo: "acme/shop", Branch: "main", Build: 42, RunID: "run-1"}
 
-	release, token, err := lock.Acquire(ctx, c, claim)
+	release, _, err := lock.Acquire(ctx, c, claim)
 	must(t, err)
-	var attached bool
-	again, err := lock.AcquireHold(ctx, c, claim, lock.WithObserver(func(ev lock.Event) {
-		attached = attached || ev.Type == lock.EventAttached
-	}))
-	must(t, err)
-	if !attached || again.Token != token || again.Name != lock.Name(claim) {
-		t.Errorf("the retry attached: %v, token %d (want %d), name %s", attached, again.Token, token, again.Name)
+	_, err = lock.AcquireHold(ctx, c, claim)
+	var other *lock.ClaimedByAnotherRunError
+	if !errors.As(err, &other) || !other.SameRunID() || other.BuildLock.Name != lock.Name(claim) {
+		t.Errorf("a second acquisition of the claim: %v, want ErrClaimedByAnotherRun with this run id", err)
 	}
 
-	// Another pod's claim of the same build takes the fallback name and is
-	// a duplicate of the holder. (The pod must exist, or its claim is
-	// released as PodGone; envtest's pods stay Pending, which is alive.)
+	// (The pod must exist, or its claim is released as PodGone; envtest's
+	// pods stay Pending, which is alive.)
 	must(t, admin.Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "another-pod"},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
 	}))
-	other := claim
-	other.PodName = "another-pod"
-	_, _, err = lock.Acquire(ctx, c, other)
+	pod := claim
+	pod.PodName = "another-pod"
+	_, _, err = lock.Acquire(ctx, c, pod)
 	var superseded *lock.SupersededError
 	if !errors.As(err, &superseded) || superseded.Reason != buildlockv1.ReasonDuplicateBuild || superseded.Name == lock.Name(claim) {
 		t.Errorf("the other pod's claim: %v, want a DuplicateBuild supersession under another name", err)
 	}
 
 	must(t, release(ctx))
-	must(t, again.Release(ctx))
 	if f.get(lock.Name(claim)) != nil {
 		t.Error("the claim was not released")
 	}
@@ -585,7 +592,16 @@ func TestAPodlessHoldIsRenewedAndOutlivesItsExpiresAfter(t *testing.T) {
 		renewErrs = append(renewErrs, err)
 	}))
 	must(t, err)
+	// The renew deadline (five sixths of expiresAfter) moves with every
+	// renewal: the hold is not given up while renewals succeed.
+	lostCtx, stopWatching := context.WithCancel(ctx)
+	lost := make(chan error, 1)
+	go func() { lost <- h.WaitLost(lostCtx) }()
 	time.Sleep(14 * time.Second)
+	stopWatching()
+	if err := <-lost; errors.Is(err, lock.ErrLost) {
+		t.Errorf("the renewed hold was given up: %v", err)
+	}
 	bl := f.get(h.Name)
 	mu.Lock()
 	defer mu.Unlock()

@@ -6,11 +6,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/user"
 	"strings"
 	"sync"
 	"syscall"
@@ -37,6 +39,9 @@ func main() {
 	klog.LogToStderr(false)
 	klog.SetOutput(io.Discard)
 	logf.SetLogger(logr.Discard())
+	if len(os.Args) > 1 && os.Args[1] == superviseArg {
+		os.Exit(supervise(os.Args[2:]))
+	}
 	streams := genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}
 	os.Exit(run(context.Background(), os.Args[1:], streams, os.Environ()))
 }
@@ -63,7 +68,8 @@ const exitCodesHelp = `Exit codes:
   3         superseded: a newer build will deploy; stop without deploying (not a failure)
   4         timed out waiting (--timeout); the claim was deleted
   5         the claim ended before it held, or stopped holding while CMD ran (CMD stopped)
-  6         another run of this build has a claim in the running; this run claimed nothing
+  6         another run of this build, or another job with this run id, has a claim in the
+            running; this run claimed nothing (--run-id gives each job its own)
   126, 127  CMD could not be started (not executable, not found); the lock was released
   130, 143  interrupted by SIGINT or SIGTERM; the claim was deleted`
 
@@ -156,6 +162,19 @@ func (f *factory) namespace() (string, error) {
 		return "", fmt.Errorf("finding the namespace: %w", err)
 	}
 	return ns, nil
+}
+
+// localRunID is the run id of a build acquired by hand (no CI variables):
+// this user on this machine (lock.LocalRunID).
+func (f *factory) localRunID() string {
+	name := cmp.Or(f.env["USER"], f.env["LOGNAME"], f.env["USERNAME"])
+	if name == "" {
+		if u, err := user.Current(); err == nil {
+			name = u.Username
+		}
+	}
+	host, _ := os.Hostname()
+	return lock.LocalRunID(name, host)
 }
 
 // client connects as kubectl would with the same flags.

@@ -27,11 +27,14 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// helperMain writes $HELPER_DIR/$HELPER_ID.start with the start time and the
-// lock's environment, sleeps $HELPER_SLEEP, writes .end and exits with
-// $HELPER_EXIT. With HELPER_IGNORE_TERM it ignores SIGTERM; with
-// HELPER_CHILD it first starts a child (`sleep`) and writes its pid to .child,
-// to see whether a signal reaches the command's whole process group.
+// helperMain writes its pid to $HELPER_DIR/$HELPER_ID.pid and
+// $HELPER_ID.start with the start time and the lock's environment, sleeps
+// $HELPER_SLEEP, writes .end and exits with $HELPER_EXIT. With
+// HELPER_IGNORE_TERM it ignores SIGTERM; with HELPER_CHILD it first starts
+// a child (`sleep`) and writes its pid to .child, to see whether a signal
+// reaches the command's whole process group; with HELPER_ESCAPE it starts
+// one in a session of its own (setsid, as a daemon does) and writes its pid
+// to .escaped.
 func helperMain() int {
 	write := func(suffix, content string) {
 		path := filepath.Join(os.Getenv("HELPER_DIR"), os.Getenv("HELPER_ID")+suffix)
@@ -43,13 +46,21 @@ func helperMain() int {
 	if os.Getenv("HELPER_IGNORE_TERM") != "" {
 		signal.Ignore(syscall.SIGTERM)
 	}
-	if os.Getenv("HELPER_CHILD") != "" {
-		child := exec.Command("sleep", "300")
-		if err := child.Start(); err != nil {
+	write(".pid", strconv.Itoa(os.Getpid()))
+	for _, child := range []struct {
+		env, suffix string
+		attr        *syscall.SysProcAttr
+	}{{"HELPER_CHILD", ".child", nil}, {"HELPER_ESCAPE", ".escaped", &syscall.SysProcAttr{Setsid: true}}} {
+		if os.Getenv(child.env) == "" {
+			continue
+		}
+		cmd := exec.Command("sleep", "300")
+		cmd.SysProcAttr = child.attr
+		if err := cmd.Start(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 98
 		}
-		write(".child", strconv.Itoa(child.Process.Pid))
+		write(child.suffix, strconv.Itoa(cmd.Process.Pid))
 	}
 	write(".start", fmt.Sprintf("%d %s %s", time.Now().UnixNano(), os.Getenv("BUILDLOCK_FENCING_TOKEN"), os.Getenv("BUILDLOCK_NAME")))
 	if d, err := time.ParseDuration(os.Getenv("HELPER_SLEEP")); err == nil {

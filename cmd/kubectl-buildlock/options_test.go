@@ -70,21 +70,31 @@ func TestParseAcquire(t *testing.T) {
 	useKubeconfig(t)
 	inPod := merge(githubEnv, map[string]string{"KUBERNETES_SERVICE_HOST": "10.0.0.1", "HOSTNAME": "runner-0"})
 	claim := func(change func(*lock.Claim)) lock.Claim {
-		c := lock.Claim{Namespace: "ci", Target: "staging", Repo: "acme/shop", Branch: "main", Build: 42, RunID: "7001-1"}
+		c := lock.Claim{Namespace: "ci", Target: "staging", Repo: "acme/shop", Branch: "main", Build: 42, RunID: "7001-1", StateDir: os.TempDir()}
 		change(&c)
 		return c
 	}
+	host, _ := os.Hostname()
 	tests := map[string]struct {
 		args        []string
 		env         map[string]string
 		wantClaim   lock.Claim
 		wantCommand []string
 		wantTimeout time.Duration
-		wantNote    bool
+		wantNote    string
 	}{
-		"explicit flags, no CI": {
-			args:      []string{"--target", "staging", "--repo", "acme/shop", "--branch", "main", "--build", "42"},
-			wantClaim: claim(func(c *lock.Claim) { c.RunID = "" }),
+		"explicit flags, no CI: the run is this user's on this machine": {
+			args: []string{"--target", "staging", "--repo", "acme/shop", "--branch", "main", "--build", "42"}, env: map[string]string{"USER": "alice"},
+			wantClaim: claim(func(c *lock.Claim) { c.RunID = lock.LocalRunID("alice", host) }), wantNote: "No CI variables name this run",
+		},
+		"a GitHub matrix job: its job and entry, its runner's temp directory": {
+			args:      []string{"--target=staging"},
+			env:       merge(githubEnv, map[string]string{"GITHUB_JOB": "deploy", "BUILDLOCK_JOB": "3", "RUNNER_TEMP": "/runner/_temp"}),
+			wantClaim: claim(func(c *lock.Claim) { c.RunID, c.StateDir = "7001-1/deploy/3", "/runner/_temp" }),
+		},
+		"BUILDLOCK_RUN_ID and TMPDIR": {
+			args: []string{"--target=staging"}, env: merge(githubEnv, map[string]string{"BUILDLOCK_RUN_ID": "mine", "TMPDIR": "/scratch"}),
+			wantClaim: claim(func(c *lock.Claim) { c.RunID, c.StateDir = "mine", "/scratch" }),
 		},
 		"CI variables fill what flags leave out, the run id included": {
 			args: []string{"--target=staging"}, env: githubEnv,
@@ -105,7 +115,7 @@ func TestParseAcquire(t *testing.T) {
 		"a pod in another namespace is dropped, with a note": {
 			args: []string{"--target=staging", "--", "deploy"}, env: merge(inPod, map[string]string{"POD_NAMESPACE": "runners"}),
 			wantClaim:   claim(func(c *lock.Claim) { c.ExpiresAfter = defaultCommandExpiresAfter }),
-			wantCommand: []string{"deploy"}, wantNote: true,
+			wantCommand: []string{"deploy"}, wantNote: "Not naming pod",
 		},
 		"an explicit pod is kept wherever this runs": {
 			args: []string{"--target=staging", "--pod=other"}, env: merge(inPod, map[string]string{"POD_NAMESPACE": "runners"}),
@@ -142,8 +152,13 @@ func TestParseAcquire(t *testing.T) {
 			if o.claim != tc.wantClaim {
 				t.Errorf("claim = %+v,\nwant    %+v", o.claim, tc.wantClaim)
 			}
-			notedPod := slices.ContainsFunc(o.notes, func(n string) bool { return strings.HasPrefix(n, "Not naming pod") })
-			if !slices.Equal(o.command, tc.wantCommand) || o.timeout != tc.wantTimeout || notedPod != tc.wantNote {
+			// Besides "Found <CI> variables.", the note the case wants, or none.
+			notes := slices.DeleteFunc(slices.Clone(o.notes), func(n string) bool { return strings.HasPrefix(n, "Found ") })
+			noted := len(notes) == 0
+			if tc.wantNote != "" {
+				noted = len(notes) == 1 && strings.HasPrefix(notes[0], tc.wantNote)
+			}
+			if !slices.Equal(o.command, tc.wantCommand) || o.timeout != tc.wantTimeout || !noted {
 				t.Errorf("command %q, timeout %s, notes %q", o.command, o.timeout, o.notes)
 			}
 		})
@@ -169,6 +184,8 @@ func TestParseAcquireErrors(t *testing.T) {
 		"a run id with a newline":       {args: []string{"--target=t", "--run-id", "a\nb"}, env: githubEnv, wantErr: "without control characters"},
 		"a pod UID that is not a UID":   {args: []string{"--target=t", "--pod=p", "--pod-uid=abc"}, env: githubEnv, wantErr: `pod UID "abc"`},
 		"a branch with escape sequence": {args: []string{"--target=t", "--branch", "main\x1b[2J"}, env: githubEnv, wantErr: "control characters"},
+		"a grace period the claim's expiry cannot cover": {args: []string{"--target=t", "--expires-after=30s", "--grace-period=15s", "--", "deploy"},
+			env: githubEnv, wantErr: "--grace-period 15s must be less than half of --expires-after 30s"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -262,6 +279,7 @@ func TestRunWithoutACluster(t *testing.T) {
 
 func TestParseRelease(t *testing.T) {
 	useKubeconfig(t)
+	host, _ := os.Hostname()
 	parse := func(args []string, env map[string]string) (*releaseOptions, error) {
 		f := newFactory(genericiooptions.NewTestIOStreamsDiscard(), environ(env))
 		o := &releaseOptions{f: f}
@@ -278,13 +296,14 @@ func TestParseRelease(t *testing.T) {
 		wantNames []string
 		wantBuild buildFlags
 	}{
-		"by name, with flags after it": {args: []string{"a", "b", "-n", "ci"}, wantNames: []string{"a", "b"}},
+		"by name, with flags after it": {args: []string{"a", "b", "-n", "ci"}, env: map[string]string{"USER": "alice"}, wantNames: []string{"a", "b"},
+			wantBuild: buildFlags{runID: lock.LocalRunID("alice", host), localRunID: true, stateDir: os.TempDir()}},
 		"mine, from CI variables, with the run": {args: []string{"--target", "staging", "--mine"}, env: githubEnv,
-			wantBuild: buildFlags{repo: "acme/shop", branch: "main", build: 42, runID: "7001-1"}},
-		"mine, flags win": {args: []string{"--target", "staging", "--mine", "--build", "41"}, env: githubEnv,
-			wantBuild: buildFlags{repo: "acme/shop", branch: "main", build: 41, runID: "7001-1"}},
+			wantBuild: buildFlags{repo: "acme/shop", branch: "main", build: 42, runID: "7001-1", stateDir: os.TempDir()}},
+		"mine, flags win": {args: []string{"--target", "staging", "--mine", "--build", "41"}, env: merge(githubEnv, map[string]string{"RUNNER_TEMP": "/t"}),
+			wantBuild: buildFlags{repo: "acme/shop", branch: "main", build: 41, runID: "7001-1", stateDir: "/t"}},
 		"mine, every run of the build": {args: []string{"--target", "staging", "--mine", "--build", "41", "--run-id="}, env: githubEnv,
-			wantBuild: buildFlags{repo: "acme/shop", branch: "main", build: 41}},
+			wantBuild: buildFlags{repo: "acme/shop", branch: "main", build: 41, stateDir: os.TempDir()}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -13,10 +13,11 @@ import (
 	"github.com/buildlock/buildlock/pkg/lock"
 )
 
-const releaseLong = `Release claims (delete their BuildLocks) by name, or this run's claims of this build
-on a target (--mine: the build and run as acquire finds them; every run's claims of
-the build with --run-id=). A claim already gone counts as released. To end another
-build's hold, use force-release.
+const releaseLong = `Release claims (delete their BuildLocks) by name, or this job's claims of this build
+on a target (--mine: the build and run as acquire finds them, and only the claims
+this job created, as its proof in the job's state directory or its pod shows; every
+run's claims of the build with --run-id=). A claim already gone counts as released.
+To end another build's hold, use force-release.
 
 Exit codes: 0 released (or already gone), 1 error, 2 usage error.`
 
@@ -32,6 +33,7 @@ type releaseOptions struct {
 	target, namespace string
 	mine              bool
 	build             buildFlags
+	podUID            string
 }
 
 func newReleaseCommand(o *releaseOptions) *cobra.Command {
@@ -39,14 +41,16 @@ func newReleaseCommand(o *releaseOptions) *cobra.Command {
 		"Release claims (delete their BuildLocks)", releaseLong, releaseExample)
 	cmd.ValidArgsFunction = o.f.completeClaims
 	addTargetFlag(cmd, o.f, &o.target, "With --mine: the target whose claims to release.")
-	cmd.Flags().BoolVar(&o.mine, "mine", false, "Release this run's claims of this build on --target (the build and run as acquire finds them: flags, else CI variables).")
+	cmd.Flags().BoolVar(&o.mine, "mine", false, "Release this job's claims of this build on --target (the build and run as acquire finds them: flags, else CI variables).")
 	o.build.addFlags(cmd.Flags())
 	return cmd
 }
 
 func (o *releaseOptions) Complete(cmd *cobra.Command, args []string) error {
 	o.names = args
-	o.build.complete(cmd.Flags(), lock.DetectCI(o.f.env))
+	ci := lock.DetectCI(o.f.env)
+	o.build.complete(cmd.Flags(), ci, o.f)
+	o.podUID = ci.PodUID
 	var err error
 	o.namespace, err = o.f.namespace()
 	return err
@@ -87,11 +91,12 @@ func (o *releaseOptions) Run(ctx context.Context) error {
 		err = errors.Join(errs...)
 	} else {
 		if o.mine && o.build.runID == "" {
-			fmt.Fprintln(o.f.streams.ErrOut, "No run id (--run-id, or CI variables): releasing every claim of this build.")
+			fmt.Fprintln(o.f.streams.ErrOut, "No run id (--run-id=): releasing every claim of this build.")
 		}
 		b := o.build
 		released, others, err = lock.ReleaseBuild(ctx, c, lock.BuildRef{
-			Namespace: o.namespace, Target: o.target, Repo: b.repo, Branch: b.branch, Build: b.build, RunID: b.runID})
+			Namespace: o.namespace, Target: o.target, Repo: b.repo, Branch: b.branch, Build: b.build,
+			RunID: b.runID, PodUID: o.podUID, StateDir: b.stateDir})
 		if len(released)+len(others) == 0 && err == nil {
 			fmt.Fprintf(o.f.streams.ErrOut, "No claim of build %d of %s@%s on %s in %s; nothing to release.\n", b.build, b.repo, b.branch, o.target, o.namespace)
 		}
@@ -104,8 +109,13 @@ func (o *releaseOptions) Run(ctx context.Context) error {
 		}
 	}
 	for i := range others {
-		fmt.Fprintf(o.f.streams.ErrOut, "Left BuildLock %s/%s (%s): it is another run's (run %q, this is run %q).\n",
-			others[i].Namespace, others[i].Name, describeClaim(&others[i]), lock.RunIDOf(&others[i]), o.build.runID)
+		bl := &others[i]
+		why := fmt.Sprintf("it is another run's (run %q, this is run %q)", lock.RunIDOf(bl), o.build.runID)
+		if lock.RunIDOf(bl) == o.build.runID {
+			why = fmt.Sprintf("it has this run's id %q, but this job did not create it (no proof of it in %s): another job computes the same run id; "+
+				"release it by name if it is yours", o.build.runID, o.build.stateDir)
+		}
+		fmt.Fprintf(o.f.streams.ErrOut, "Left BuildLock %s/%s (%s): %s.\n", bl.Namespace, bl.Name, describeClaim(bl), why)
 	}
 	return err
 }

@@ -66,13 +66,14 @@ import (
 //     live holder (LockLost), show a second claim Held, or supersede the
 //     claim the grant names. Decide again on live reads first. This is not
 //     on a hand-off's path: a hand-off changes the grant.
-//   - Restoring a grant record (the arbiter's rule 11) rests on the claims'
-//     statuses, facts as above: a stale claim can lack a hold, never show
-//     one that the record did not grant. With the Lease in the cache the
-//     restore is a compare-and-swap like any grant; with no Lease in the
-//     cache while a claim shows Held, the Lease may exist and be ahead of
-//     the claims: decide again on live reads first (the Lease is then
-//     created, which fails if anyone created it meanwhile).
+//   - Restoring a grant record (the arbiter's rule 11: a repair) rests on
+//     the claims' statuses, which may be staler than the Lease: a holder
+//     deleted a moment ago, whose hold the record has ended, can still show
+//     Held in the cache, and would be restored with its token. So does a
+//     decision while the Lease is missing from the cache and a claim shows
+//     Held (the Lease may exist, and be ahead of the claims). Decide again
+//     on live reads first; the restore is then a compare-and-swap like any
+//     grant (a create fails if anyone created the Lease meanwhile).
 //   - Keeping a claim waiting, or as it is, rests on that claim, which its
 //     status write guards; a stale Lease can at worst show the claim that
 //     the grant names Waiting for a moment, which its next decision shows
@@ -118,7 +119,7 @@ type claimRef struct {
 // obs: it returns what must be read live before d is written. It has no
 // receiver, to facilitate testing.
 func liveReadsFor(obs observation, d arbiter.Decision) liveReads {
-	if !obs.live && (!d.GrantChanged && startsOrEnds(d) || obs.lease == nil && showsHeld(obs.claims)) {
+	if !obs.live && (!d.GrantChanged && startsOrEnds(d) || d.Repair != "" || obs.lease == nil && showsHeld(obs.claims)) {
 		return liveReads{again: true}
 	}
 	if !d.GrantChanged {

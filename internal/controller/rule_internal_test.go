@@ -133,6 +133,15 @@ func TestLiveReadsFor(t *testing.T) {
 			claims: held, lease: lease("shop-41/u-shop-41"),
 			d: arbiter.Decision{Verdicts: []arbiter.Verdict{{Name: "shop-41", From: arbiter.Held, Phase: arbiter.Held}}},
 		},
+		"a record restored from the claims is decided again live": {
+			claims: held, lease: lease(""),
+			d:    arbiter.Decision{GrantChanged: true, Repair: "Holder"},
+			want: liveReads{again: true},
+		},
+		"on live reads, a record restored from the claims stands": {
+			claims: held, lease: lease(""), live: true,
+			d: arbiter.Decision{GrantChanged: true, Repair: "Holder"},
+		},
 		"a record restored with no Lease in the cache while a claim shows Held is decided again live": {
 			claims: held,
 			d:      arbiter.Decision{GrantChanged: true, Repair: "Recreated"},

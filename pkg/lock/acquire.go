@@ -34,6 +34,11 @@ const (
 	// EventUpdated means the claim, or its place in the queue, changed while
 	// it waited.
 	EventUpdated EventType = "Updated"
+	// EventNameTaken means a BuildLock that is not this job's, and not in its
+	// way (another build's, another pod's, another identity's), has the
+	// claim's name (Event.BuildLock): Acquire creates the claim under a
+	// fallback name.
+	EventNameTaken EventType = "NameTaken"
 )
 
 // Event is one observation of the claim while Acquire waits.
@@ -52,6 +57,7 @@ type options struct {
 	observe       func(Event)
 	onError       func(error)
 	renewInterval time.Duration
+	renewDeadline time.Duration
 }
 
 func newOptions(opts []Option) options {
@@ -77,14 +83,25 @@ func WithErrorHandler(f func(error)) Option {
 }
 
 // WithRenewInterval sets how often a pod-less claim's spec.renewTime is
-// bumped. The default is a third of its expiresAfter.
+// bumped. The default is a third of its expiresAfter (each renewal up to
+// 10% later, at random, so that holders started together spread out).
 func WithRenewInterval(d time.Duration) Option {
 	return func(o *options) { o.renewInterval = d }
 }
 
-// Acquire creates the claim's BuildLock (or attaches to this run's own, so
-// that a retried step is idempotent) and watches it until the operator's
-// verdict:
+// WithRenewDeadline sets how long a pod-less hold may go without a
+// successful renewal before the holder gives it up: Hold.WaitLost then
+// returns a *LostError with reason ReasonNotRenewed, while the claim may
+// still hold for the rest of its expiresAfter, so that the work done under
+// the hold can stop before anyone else can be granted the lock. The
+// default is five sixths of its expiresAfter.
+func WithRenewDeadline(d time.Duration) Option {
+	return func(o *options) { o.renewDeadline = d }
+}
+
+// Acquire creates the claim's BuildLock (or attaches to this job's own,
+// so that a retried step is idempotent) and watches it until the
+// operator's verdict:
 //   - Held: it returns a release function, which deletes the claim, and the
 //     hold's fencing token;
 //   - Superseded: an error matching ErrSuperseded (*SupersededError);
@@ -92,9 +109,14 @@ func WithRenewInterval(d time.Duration) Option {
 //   - ctx's deadline: ErrTimeout (*TimeoutError), after deleting the claim;
 //   - ctx canceled: ctx's error, after deleting the claim.
 //
-// A BuildLock of the same build by another run of it is never shared: while
-// it is in the running Acquire fails with ErrClaimedByAnotherRun
-// (*ClaimedByAnotherRunError); a finished one is deleted and replaced.
+// A claim is reused only by the job that created it (see Claim.StateDir).
+// A BuildLock of the same build by another run of it, or by another job
+// that computes the same run id, is never shared: while it is in the
+// running, and made by the same identity (its spec.requester), Acquire
+// fails with ErrClaimedByAnotherRun (*ClaimedByAnotherRunError); a
+// finished one is deleted and replaced. A claim of another identity, or of
+// another build, under the claim's name does not stand in the way: the
+// claim is then created under a name of its own that nobody can predict.
 //
 // The claim holds as soon as its lock's grant Lease names it, one write
 // before its status says Held (see buildlockv1.GrantLeaseName); the
@@ -115,8 +137,9 @@ func Acquire(ctx context.Context, c client.WithWatch, claim Claim, opts ...Optio
 }
 
 // AcquireHold is Acquire returning the Hold, for callers that want the
-// BuildLock's name (which may be the fallback name) and UID, or to watch
-// the hold while they use it (Hold.WaitLost).
+// BuildLock's name (which may be a fallback name) and UID, to watch the
+// hold while they use it (Hold.WaitLost), or to leave it to a later step
+// (Hold.Detach).
 func AcquireHold(ctx context.Context, c client.WithWatch, claim Claim, opts ...Option) (*Hold, error) {
 	o := newOptions(opts)
 	if claim.RunID == "" {
@@ -126,8 +149,20 @@ func AcquireHold(ctx context.Context, c client.WithWatch, claim Claim, opts ...O
 		return nil, err
 	}
 	start := time.Now()
-	bl, attached, err := createOrAttach(ctx, c, claim, o)
+	p, err := openProof(claim)
+	var busy *errProofBusy
+	switch {
+	case errors.As(err, &busy):
+		return nil, &ClaimedByAnotherRunError{RunID: claim.RunID, Busy: busy.Error()}
+	case err != nil:
+		// Without a proof on disk the claim cannot be re-attached to after
+		// this process ends, which is safe.
+		o.onError(fmt.Errorf("keeping the claim's proof in memory only: %w", err))
+		p = &proof{}
+	}
+	bl, attached, err := createOrAttach(ctx, c, claim, p, o)
 	if err != nil {
+		p.close()
 		return nil, err
 	}
 	if attached {
@@ -136,11 +171,11 @@ func AcquireHold(ctx context.Context, c client.WithWatch, claim Claim, opts ...O
 		o.observe(Event{Type: EventCreated, BuildLock: bl.DeepCopy()})
 	}
 
-	stopRenew := func() {}
+	var r *renewer
 	if bl.Spec.PodRef == nil {
 		// A claim attached to may have been left by a process that died: renew
 		// it at once rather than after a whole interval.
-		stopRenew = startRenewer(c, bl, renewInterval(bl, o.renewInterval), attached, o.onError)
+		r = startRenewer(c, bl, renewInterval(bl, o.renewInterval), renewDeadline(bl, o.renewDeadline), attached, o.onError)
 	}
 
 	w := &waiter{o: &o, bl: bl, last: bl}
@@ -149,13 +184,14 @@ func AcquireHold(ctx context.Context, c client.WithWatch, claim Claim, opts ...O
 		return &Hold{
 			Namespace: w.last.Namespace, Name: w.last.Name, UID: w.last.UID,
 			Token: token, BuildLock: w.last,
-			c: c, onError: o.onError, stopRenew: stopRenew,
+			c: c, onError: o.onError, renewer: r, proof: p,
 		}, nil
 	}
-	stopRenew()
+	r.stop()
 	if errors.Is(err, ErrSuperseded) || errors.Is(err, ErrEnded) {
 		// The operator ended the claim; it keeps it (for `kubectl get`) until
-		// its finished-TTL.
+		// its finished-TTL, and a retry of this job finds the same verdict.
+		p.close()
 		return nil, err
 	}
 
@@ -164,6 +200,11 @@ func AcquireHold(ctx context.Context, c client.WithWatch, claim Claim, opts ...O
 	cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	_, cleanupErr := deleteClaim(cleanupCtx, c, bl, false)
+	if cleanupErr == nil {
+		p.remove()
+	} else {
+		p.close()
+	}
 	switch {
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
 		return nil, &TimeoutError{
@@ -181,39 +222,99 @@ func AcquireHold(ctx context.Context, c client.WithWatch, claim Claim, opts ...O
 	return nil, errors.Join(err, cleanupErr)
 }
 
-// createOrAttach creates the claim's BuildLock under Name(claim), or under
-// its fallback name when that one is taken by a claim with another spec.
-func createOrAttach(ctx context.Context, c client.Client, claim Claim, o options) (bl *buildlockv1.BuildLock, attached bool, err error) {
+// createOrAttach attaches to the claim that p proves to be this job's, or
+// creates one: under Name(claim), or under a fallback name when that one is
+// taken by a claim that is not in the way (another build's, another pod's
+// of this build, another identity's).
+func createOrAttach(ctx context.Context, c client.Client, claim Claim, p *proof, o options) (bl *buildlockv1.BuildLock, attached bool, err error) {
+	if bl, err := provenClaim(ctx, c, claim, p); bl != nil || err != nil {
+		return bl, bl != nil, err
+	}
+	n := &namer{c: c, claim: claim, p: p, o: o}
 	names := []string{Name(claim)}
 	if claim.Name == "" {
-		if fb := fallbackName(claim); fb != names[0] {
-			names = append(names, fb)
-		}
+		// A fallback name is random: a second one is needed only when the
+		// first was taken in the meantime, which it practically never is.
+		names = append(names, fallbackName(claim), fallbackName(claim))
 	}
-	for _, name := range names {
-		bl, attached, err = claimName(ctx, c, claim, name, o)
+	for i, name := range names {
+		bl, attached, err = n.claimName(ctx, name)
 		if !errors.Is(err, errNameInUse) {
 			return bl, attached, err
 		}
+		if i == 0 && bl != nil {
+			o.observe(Event{Type: EventNameTaken, BuildLock: bl})
+		}
 	}
-	return nil, false, fmt.Errorf("%w: BuildLocks %v in %s exist for other builds or pods; set an explicit name",
+	return nil, false, fmt.Errorf("%w: BuildLocks %v in %s exist for other builds, pods or identities; set another name",
 		ErrNameTaken, names, claim.Namespace)
 }
 
-// errNameInUse says a name holds a claim with another spec.
+// provenClaim returns the claim that p names and proves to be this job's,
+// nil when there is none. A claim that the job's acquire handed over to its
+// later steps (Hold.Detach) is not attached to again, unless it names this
+// run's pod: the job's later steps hold it, and a second acquire that
+// computes the same run id in the same directory may be another job.
+func provenClaim(ctx context.Context, c client.Client, claim Claim, p *proof) (*buildlockv1.BuildLock, error) {
+	if p.state.Name == "" || claim.Name != "" && p.state.Name != claim.Name {
+		return nil, nil
+	}
+	existing := &buildlockv1.BuildLock{}
+	err := c.Get(ctx, types.NamespacedName{Namespace: claim.Namespace, Name: p.state.Name}, existing)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading BuildLock %s/%s: %w", claim.Namespace, p.state.Name, err)
+	case !p.proves(existing) || !sameClaim(existing, claim) || existing.DeletionTimestamp != nil:
+		return nil, nil
+	case p.state.HandedOver && !claim.ownsByPod(existing):
+		return nil, &ClaimedByAnotherRunError{BuildLock: existing, RunID: claim.RunID, HandedOver: true}
+	}
+	return existing, nil
+}
+
+// errNameInUse says a name holds a claim that is not in the way.
 var errNameInUse = errors.New("name in use")
 
-// claimName creates the claim's BuildLock under name. When one exists with
-// the claim's spec, it is this run's (see Claim.owns) and is attached to; or
-// it is another run's: refused while it is in the running, deleted (if it
-// is still the version read) and created again once it finished.
-func claimName(ctx context.Context, c client.Client, claim Claim, name string, o options) (*buildlockv1.BuildLock, bool, error) {
+// namer creates one claim, trying names.
+type namer struct {
+	c     client.Client
+	claim Claim
+	p     *proof
+	o     options
+	me    *string // the caller's user name, once asked; "" when unknown
+}
+
+// claimName creates the claim's BuildLock under name, with a new secret in
+// p. When one exists: it is this run's pod's (attached to); another
+// build's, or another identity's (errNameInUse, with the claim in the way:
+// try another name); or
+// another run's of this build, or another job's of this run id, by this
+// identity: refused while it is in the running, deleted (if it is still
+// the version read) and created again once it finished.
+func (n *namer) claimName(ctx context.Context, name string) (*buildlockv1.BuildLock, bool, error) {
+	c, claim := n.c, n.claim
 	// The name can change hands between each step; a few rounds settle it.
 	for range 5 {
+		// The secret is saved before the claim exists, so that a process that
+		// dies right after creating it can still prove it is its own.
+		n.p.renew(name)
+		if err := n.p.save(); err != nil {
+			n.o.onError(err)
+		}
 		bl := claim.BuildLock()
 		bl.Name = name
+		if bl.Annotations == nil {
+			bl.Annotations = map[string]string{}
+		}
+		bl.Annotations[buildlockv1.RunProofAnnotation] = n.p.annotation()
 		err := c.Create(ctx, bl)
 		if err == nil {
+			n.p.state.UID = bl.UID
+			if err := n.p.save(); err != nil {
+				n.o.onError(err)
+			}
 			return bl, false, nil
 		}
 		if !apierrors.IsAlreadyExists(err) {
@@ -227,29 +328,46 @@ func claimName(ctx context.Context, c client.Client, claim Claim, name string, o
 		case err != nil:
 			return nil, false, fmt.Errorf("reading existing BuildLock %s/%s: %w", claim.Namespace, name, err)
 		case !sameClaim(existing, claim):
-			return nil, false, errNameInUse
-		case claim.owns(existing) && existing.DeletionTimestamp == nil:
+			return existing, false, errNameInUse
+		case claim.ownsByPod(existing) && existing.DeletionTimestamp == nil:
+			n.p.state = proofState{} // the pod's claim, not this secret's
 			return existing, true, nil
-		case !existing.Status.Phase.IsTerminal() && existing.DeletionTimestamp == nil:
+		case existing.DeletionTimestamp != nil:
+			return existing, false, errNameInUse // on its way out, held back by a finalizer
+		case !existing.Status.Phase.IsTerminal() && !n.sameIdentity(ctx, existing):
+			return existing, false, errNameInUse
+		case !existing.Status.Phase.IsTerminal():
 			return nil, false, &ClaimedByAnotherRunError{BuildLock: existing, RunID: claim.RunID}
 		}
-		// Another run's finished claim (or one on its way out): replace it,
-		// unless it changed since it was read.
-		if _, err := deleteClaim(ctx, c, existing, true); err != nil && !apierrors.IsConflict(err) {
+		// Another run's finished claim: replace it, unless it changed since it
+		// was read; where this identity may not delete it, take another name.
+		switch _, err := deleteClaim(ctx, c, existing, true); {
+		case apierrors.IsForbidden(err):
+			return existing, false, errNameInUse
+		case err != nil && !apierrors.IsConflict(err):
 			return nil, false, err
-		}
-		if existing.DeletionTimestamp == nil {
-			o.observe(Event{Type: EventReplaced, BuildLock: existing})
-			continue
-		}
-		// Held back by a finalizer: give it a moment.
-		select {
-		case <-ctx.Done():
-			return nil, false, ctx.Err()
-		case <-time.After(time.Second):
+		case err == nil:
+			n.o.observe(Event{Type: EventReplaced, BuildLock: existing})
 		}
 	}
 	return nil, false, fmt.Errorf("BuildLock %s/%s kept changing while this run tried to claim its name", claim.Namespace, name)
+}
+
+// sameIdentity reports whether bl may have been created by the caller: its
+// spec.requester (stamped by the API server's buildlock-requester policy)
+// is the caller's user name, or either is unknown. A claim of another
+// identity is never another run of this build: it is in the way of
+// nothing, whatever name it took.
+func (n *namer) sameIdentity(ctx context.Context, bl *buildlockv1.BuildLock) bool {
+	r := bl.Spec.Requester
+	if r == nil || r.Username == "" {
+		return true
+	}
+	if n.me == nil {
+		me := whoAmI(ctx, n.c)
+		n.me = &me
+	}
+	return *n.me == "" || *n.me == r.Username
 }
 
 // verdict says whether bl's status decides Acquire: nil when it holds, the

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -256,17 +257,13 @@ func TestAcquireFollowsItsPlaceAndTheRunsOfItsBuild(t *testing.T) {
 	must(t, c.Delete(ctx, api))
 	nextPlace(Place{Position: 1, Waiting: 1, Holder: shop.Name, Token: 5})
 
-	// Another run of build 7 is refused while this one waits; this run
-	// attaches to its own claim.
+	// Another run of build 7 is refused while this one waits.
 	rerun := claim
 	rerun.RunID = "run-2"
 	_, err := AcquireHold(ctx, c, rerun)
 	var other *ClaimedByAnotherRunError
-	if !errors.As(err, &other) || other.BuildLock.Name != web.Name || RunIDOf(other.BuildLock) != "run-1" {
+	if !errors.As(err, &other) || other.BuildLock.Name != web.Name || RunIDOf(other.BuildLock) != "run-1" || other.SameRunID() {
 		t.Errorf("a second run: %v, want ErrClaimedByAnotherRun naming %s", err, web.Name)
-	}
-	if bl, attached, err := createOrAttach(ctx, c, claim, newOptions(nil)); err != nil || !attached || bl.UID != web.UID {
-		t.Errorf("the same run: attached %v to %v, %v; want its claim %s", attached, bl, err, web.UID)
 	}
 
 	setStatus(t, c, web, held(6))
@@ -313,7 +310,7 @@ func TestAnotherRunsFinishedClaimIsReplaced(t *testing.T) {
 		}
 	})})
 	claim := Claim{Namespace: ns, Target: "staging", Repo: "acme/shop", Branch: "main", Build: 8, RunID: "run-2"}
-	bl, attached, err := createOrAttach(ctx, c, claim, o)
+	bl, attached, err := createOrAttach(ctx, c, claim, &proof{}, o)
 	must(t, err)
 	if attached || bl.UID == first.UID || bl.Name != first.Name || RunIDOf(bl) != "run-2" {
 		t.Errorf("claimed %s/%s (uid %s, run %q, attached %v), want a new claim of run-2 under %s", bl.Namespace, bl.Name, bl.UID, RunIDOf(bl), attached, first.Name)
@@ -465,4 +462,178 @@ func TestAcquireWithoutLeaseRights(t *testing.T) {
 		t.Errorf("errors reported: %v, want one saying that Leases may not be read", errs)
 	}
 	must(t, hold.Release(ctx))
+}
+
+// TestAClaimIsReusedOnlyByTheJobThatMadeIt runs one job's acquisitions of
+// one claim, and another job's that computes the same run id: a second
+// process of the job is refused while the first works on the claim, the
+// other job is refused whatever it computes, the job's restart after its
+// process died attaches, a claim handed over to the job's later steps is
+// not taken again, and only the job's own release deletes it.
+func TestAClaimIsReusedOnlyByTheJobThatMadeIt(t *testing.T) {
+	c, ns := apiServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	job := Claim{Namespace: ns, Target: "staging", Repo: "acme/web", Branch: "main", Build: 7, RunID: "5005-1", StateDir: t.TempDir()}
+	otherJob := job
+	otherJob.StateDir = t.TempDir()
+	type result struct {
+		h   *Hold
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		h, err := AcquireHold(ctx, c, job)
+		done <- result{h, err}
+	}()
+	web := &buildlockv1.BuildLock{}
+	web.Namespace, web.Name = ns, Name(job)
+	waitFor(t, func() bool { return c.Get(ctx, client.ObjectKeyFromObject(web), web) == nil })
+
+	var other *ClaimedByAnotherRunError
+	if _, err := AcquireHold(ctx, c, job); !errors.As(err, &other) || other.Busy == "" || !other.SameRunID() {
+		t.Errorf("a second process of the job while the first waits: %v, want ErrClaimedByAnotherRun, busy", err)
+	}
+	if _, err := AcquireHold(ctx, c, otherJob); !errors.As(err, &other) || other.BuildLock == nil || other.BuildLock.UID != web.UID || !other.SameRunID() {
+		t.Errorf("another job with the same run id: %v, want ErrClaimedByAnotherRun naming %s", err, web.Name)
+	}
+	var list buildlockv1.BuildLockList
+	must(t, c.List(ctx, &list, client.InNamespace(ns)))
+	if len(list.Items) != 1 {
+		t.Errorf("%d claims, want the first process's alone", len(list.Items))
+	}
+
+	setStatus(t, c, web, held(4))
+	r := <-done
+	must(t, r.err)
+	// The process dies: its renewals stop and the kernel frees its proof.
+	r.h.renewer.stop()
+	r.h.proof.close()
+	var attached bool
+	again, err := AcquireHold(ctx, c, job, WithObserver(func(ev Event) { attached = attached || ev.Type == EventAttached }))
+	must(t, err)
+	if !attached || again.UID != web.UID || again.Token != 4 {
+		t.Errorf("the job's restart: attached %v to %s with token %d, want its claim %s with token 4", attached, again.UID, again.Token, web.UID)
+	}
+	if _, err := AcquireHold(ctx, c, otherJob); !errors.As(err, &other) || !other.SameRunID() {
+		t.Errorf("another job with the same run id, after the restart: %v, want ErrClaimedByAnotherRun", err)
+	}
+
+	must(t, again.Detach())
+	if _, err := AcquireHold(ctx, c, job); !errors.As(err, &other) || !other.HandedOver {
+		t.Errorf("an acquire after the claim was handed over: %v, want ErrClaimedByAnotherRun, handed over", err)
+	}
+	ref := BuildRef{Namespace: ns, Target: "staging", Repo: "acme/web", Branch: "main", Build: 7, RunID: job.RunID}
+	ref.StateDir = otherJob.StateDir
+	released, others, err := ReleaseBuild(ctx, c, ref)
+	must(t, err)
+	if len(released) != 0 || len(others) != 1 {
+		t.Errorf("the other job's release: released %d, left %d; want the claim left", len(released), len(others))
+	}
+	ref.StateDir = job.StateDir
+	released, _, err = ReleaseBuild(ctx, c, ref)
+	must(t, err)
+	if len(released) != 1 || released[0].BuildLock.UID != web.UID {
+		t.Errorf("the job's release: released %v, want its claim", released)
+	}
+	if _, err := os.Stat(proofPath(job.StateDir, job)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the released claim's proof is still there: %v", err)
+	}
+}
+
+// TestAClaimThatIsNotThisJobsTakesNoName: claims created under this
+// build's name by others (another build's; another identity's, of this
+// very build; and every name a client could derive) do not keep it out: it
+// claims under a name nobody could predict, and finds that claim again
+// through its proof. The same build's live claim by the same identity is
+// another run of it, refused.
+func TestAClaimThatIsNotThisJobsTakesNoName(t *testing.T) {
+	c, ns := apiServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	me := whoAmI(ctx, c)
+	if me == "" {
+		t.Fatal("the API server does not say who the test is")
+	}
+	victim := Claim{Namespace: ns, Target: "staging", Repo: "acme/shop", Branch: "main", Build: 42, RunID: "9-1", StateDir: t.TempDir()}
+	squat := func(spec Claim, requester string) *buildlockv1.BuildLock {
+		bl := spec.BuildLock()
+		bl.Name = Name(victim)
+		if requester != "" {
+			bl.Spec.Requester = &buildlockv1.Requester{Username: requester}
+		}
+		must(t, c.Create(ctx, bl))
+		setStatus(t, c, bl, queued(0, "nobody"))
+		return bl
+	}
+	claimed := func() (*buildlockv1.BuildLock, []EventType) {
+		t.Helper()
+		var events []EventType
+		bl, attached, err := createOrAttach(ctx, c, victim, &proof{}, newOptions([]Option{WithObserver(func(ev Event) { events = append(events, ev.Type) })}))
+		if err != nil || attached {
+			t.Fatalf("createOrAttach: %v (attached %v), want a claim of its own", err, attached)
+		}
+		return bl, events
+	}
+
+	another := squat(Claim{Namespace: ns, Target: "staging", Repo: "evil/thing", Branch: "main", Build: 1}, "")
+	bl, events := claimed()
+	if bl.Name == another.Name || !strings.HasPrefix(bl.Name, Name(victim)+"-") || !slices.Equal(events, []EventType{EventNameTaken}) {
+		t.Errorf("with another build under its name: claimed %s (events %v), want a fallback name and NameTaken", bl.Name, events)
+	}
+	must(t, c.Delete(ctx, bl))
+	must(t, c.Delete(ctx, another))
+
+	identity := squat(victim, "system:serviceaccount:"+ns+":squatter")
+	bl, _ = claimed()
+	if bl.Name == identity.Name || RunIDOf(bl) != victim.RunID {
+		t.Errorf("with another identity's claim of this build under its name: claimed %s, want a claim of its own", bl.Name)
+	}
+	must(t, c.Delete(ctx, bl))
+	must(t, c.Delete(ctx, identity))
+
+	rerun := victim
+	rerun.RunID = "9-2"
+	mine := squat(rerun, me)
+	var other *ClaimedByAnotherRunError
+	if _, _, err := createOrAttach(ctx, c, victim, &proof{}, newOptions(nil)); !errors.As(err, &other) || other.BuildLock.UID != mine.UID {
+		t.Errorf("with this identity's claim of another run of this build: %v, want ErrClaimedByAnotherRun", err)
+	}
+	must(t, c.Delete(ctx, mine))
+
+	// A restart finds its claim under its fallback name through its proof.
+	squat(Claim{Namespace: ns, Target: "staging", Repo: "evil/thing", Branch: "main", Build: 1}, "")
+	p, err := openProof(victim)
+	must(t, err)
+	first, _, err := createOrAttach(ctx, c, victim, p, newOptions(nil))
+	must(t, err)
+	p.close()
+	p, err = openProof(victim)
+	must(t, err)
+	defer p.close()
+	found, attached, err := createOrAttach(ctx, c, victim, p, newOptions(nil))
+	must(t, err)
+	if !attached || found.UID != first.UID || found.Name == Name(victim) {
+		t.Errorf("the restart: attached %v to %s (%s), want its claim under its fallback name %s", attached, found.Name, found.UID, first.Name)
+	}
+}
+
+// TestReleaseBuildProvesAClaimOfAnyName: the job's release finds the proof
+// of its claim whatever name the claim took (an explicit one, here), since
+// it knows the build and the run, not the name.
+func TestReleaseBuildProvesAClaimOfAnyName(t *testing.T) {
+	c, ns := apiServer(t)
+	ctx := context.Background()
+	claim := Claim{Namespace: ns, Target: "staging", Repo: "acme/shop", Branch: "main", Build: 3, RunID: "7-1", Name: "my-lock", StateDir: t.TempDir()}
+	p, err := openProof(claim)
+	must(t, err)
+	bl, _, err := createOrAttach(ctx, c, claim, p, newOptions(nil))
+	must(t, err)
+	p.close()
+	released, others, err := ReleaseBuild(ctx, c, BuildRef{Namespace: ns, Target: "staging", Repo: "acme/shop", Branch: "main", Build: 3,
+		RunID: claim.RunID, StateDir: claim.StateDir})
+	must(t, err)
+	if len(released) != 1 || released[0].BuildLock.UID != bl.UID || len(others) != 0 {
+		t.Errorf("released %v, left %v; want my-lock released", released, others)
+	}
 }

@@ -29,9 +29,15 @@ type CI struct {
 	Repo   string
 	Branch string
 	Build  int64
-	// RunID identifies this run of the build: a re-run of a CI job keeps
-	// the build number but gets another run id.
+	// RunID identifies this job of this run of the build: a re-run of a
+	// CI job keeps the build number but gets another run id, and two jobs
+	// of one CI run (a matrix, parallel stages) get different ones.
 	RunID string
+	// StateDir is the job's own directory where Acquire keeps the proof
+	// that this job made its claim (see Claim.StateDir): the runner's temp
+	// directory of GitHub Actions, the workspace's temp directory of
+	// Jenkins; empty where the CI system has none.
+	StateDir string
 	// Pod is the pod this process runs in (its HOSTNAME), set only when it
 	// runs in a Kubernetes pod (KUBERNETES_SERVICE_HOST is set); PodUID is
 	// its UID when the pod spec passes it in POD_UID (the downward API's
@@ -44,43 +50,42 @@ type CI struct {
 //
 //   - GitHub Actions (GITHUB_ACTIONS or GITHUB_REPOSITORY): repo
 //     GITHUB_REPOSITORY, branch GITHUB_REF_NAME, build GITHUB_RUN_NUMBER,
-//     run GITHUB_RUN_ID-GITHUB_RUN_ATTEMPT;
+//     run GITHUB_RUN_ID-GITHUB_RUN_ATTEMPT/GITHUB_JOB;
 //   - GitLab CI (GITLAB_CI or CI_PROJECT_PATH): repo CI_PROJECT_PATH, branch
 //     CI_COMMIT_REF_NAME, build CI_PIPELINE_IID, run CI_JOB_ID;
 //   - Tekton and Jenkins X (REPO_OWNER and REPO_NAME): repo
-//     REPO_OWNER/REPO_NAME, branch BRANCH_NAME, build BUILD_NUMBER, run the
-//     pod's UID (POD_UID) or else its name;
+//     REPO_OWNER/REPO_NAME, branch BRANCH_NAME, build BUILD_NUMBER, run
+//     BUILDLOCK_JOB (the Tekton Task passes its TaskRun's name), else the
+//     pod's UID (POD_UID), else its name;
 //   - Jenkins (JENKINS_URL, or JOB_NAME with BUILD_NUMBER): repo from
 //     JOB_NAME (a multibranch job's trailing branch segment dropped, a
 //     single-segment job name prefixed with "jenkins/"), branch BRANCH_NAME
 //     or else GIT_BRANCH without "origin/", build BUILD_NUMBER, run
-//     BUILD_TAG.
+//     BUILD_TAG/STAGE_NAME/<8 hex digits of a hash of NODE_NAME and
+//     WORKSPACE>, so that parallel stages, and parallel branches on
+//     workspaces of their own, are runs of their own.
+//
+// Without any of them (a step that passes the build as flags, as the
+// Tekton Task does), the run is BUILDLOCK_JOB, else the pod's UID, else
+// its name, as for Tekton.
+//
+// BUILDLOCK_JOB, when set, tells this job from the other jobs of the same
+// CI run that share its variables: GitHub exposes none for a matrix entry,
+// so the buildlock action passes job.check_run_id (or strategy.job-index).
+// It is appended to the run id ("/" and its value), except for Tekton and
+// without CI variables, where it is the run id. BUILDLOCK_RUN_ID, when
+// set, is the whole run id.
+// A run id longer than buildlockv1.MaxRunIDLength, or with control
+// characters, is shortened or replaced with a hash of it.
 //
 // Independently, HOSTNAME is the pod (and POD_UID its UID) when
-// KUBERNETES_SERVICE_HOST is set and HOSTNAME is a valid pod name. A run id
-// longer than buildlockv1.MaxRunIDLength, or with control characters, is
-// shortened or replaced with a hash of it. DetectCI is a pure function of
+// KUBERNETES_SERVICE_HOST is set and HOSTNAME is a valid pod name; and the
+// job's state directory is BUILDLOCK_STATE_DIR, else RUNNER_TEMP (GitHub
+// Actions), else WORKSPACE_TMP (Jenkins). DetectCI is a pure function of
 // env.
 func DetectCI(env map[string]string) CI {
 	get := func(key string) string { return strings.TrimSpace(env[key]) }
-	var ci CI
-	switch {
-	case get("GITHUB_ACTIONS") == "true" || get("GITHUB_REPOSITORY") != "":
-		ci = CI{System: CIGitHubActions, Repo: get("GITHUB_REPOSITORY"), Branch: get("GITHUB_REF_NAME"), Build: parseBuild(get("GITHUB_RUN_NUMBER"))}
-		if id := get("GITHUB_RUN_ID"); id != "" {
-			ci.RunID = id + "-" + cmp.Or(get("GITHUB_RUN_ATTEMPT"), "1")
-		}
-	case get("GITLAB_CI") == "true" || get("CI_PROJECT_PATH") != "":
-		ci = CI{System: CIGitLab, Repo: get("CI_PROJECT_PATH"), Branch: get("CI_COMMIT_REF_NAME"), Build: parseBuild(get("CI_PIPELINE_IID")), RunID: get("CI_JOB_ID")}
-	case get("REPO_OWNER") != "" && get("REPO_NAME") != "":
-		ci = CI{System: CITekton, Repo: get("REPO_OWNER") + "/" + get("REPO_NAME"), Branch: get("BRANCH_NAME"), Build: parseBuild(get("BUILD_NUMBER"))}
-	case get("JENKINS_URL") != "" || (get("JOB_NAME") != "" && get("BUILD_NUMBER") != ""):
-		branch := get("BRANCH_NAME")
-		if branch == "" {
-			branch = strings.TrimPrefix(get("GIT_BRANCH"), "origin/")
-		}
-		ci = CI{System: CIJenkins, Repo: jenkinsRepo(get("JOB_NAME"), branch), Branch: branch, Build: parseBuild(get("BUILD_NUMBER")), RunID: get("BUILD_TAG")}
-	}
+	ci := detectSystem(get)
 	if get("KUBERNETES_SERVICE_HOST") != "" {
 		if host := get("HOSTNAME"); host != "" && len(validation.IsDNS1123Subdomain(host)) == 0 {
 			ci.Pod = host
@@ -89,11 +94,52 @@ func DetectCI(env map[string]string) CI {
 			}
 		}
 	}
-	if ci.System == CITekton {
-		ci.RunID = cmp.Or(ci.PodUID, ci.Pod)
+	switch job := get("BUILDLOCK_JOB"); {
+	case ci.System == CITekton || ci.System == "":
+		ci.RunID = cmp.Or(job, ci.PodUID, ci.Pod)
+	case ci.RunID != "":
+		ci.RunID = joinRunID(ci.RunID, job)
 	}
-	ci.RunID = boundRunID(ci.RunID)
+	ci.RunID = boundRunID(cmp.Or(get("BUILDLOCK_RUN_ID"), ci.RunID))
+	ci.StateDir = cmp.Or(get("BUILDLOCK_STATE_DIR"), get("RUNNER_TEMP"), get("WORKSPACE_TMP"))
 	return ci
+}
+
+// detectSystem is DetectCI's first step: the CI system whose marker is set,
+// and the build and run its variables say.
+func detectSystem(get func(string) string) CI {
+	switch {
+	case get("GITHUB_ACTIONS") == "true" || get("GITHUB_REPOSITORY") != "":
+		ci := CI{System: CIGitHubActions, Repo: get("GITHUB_REPOSITORY"), Branch: get("GITHUB_REF_NAME"), Build: parseBuild(get("GITHUB_RUN_NUMBER"))}
+		if id := get("GITHUB_RUN_ID"); id != "" {
+			ci.RunID = joinRunID(id+"-"+cmp.Or(get("GITHUB_RUN_ATTEMPT"), "1"), get("GITHUB_JOB"))
+		}
+		return ci
+	case get("GITLAB_CI") == "true" || get("CI_PROJECT_PATH") != "":
+		return CI{System: CIGitLab, Repo: get("CI_PROJECT_PATH"), Branch: get("CI_COMMIT_REF_NAME"), Build: parseBuild(get("CI_PIPELINE_IID")), RunID: get("CI_JOB_ID")}
+	case get("REPO_OWNER") != "" && get("REPO_NAME") != "":
+		return CI{System: CITekton, Repo: get("REPO_OWNER") + "/" + get("REPO_NAME"), Branch: get("BRANCH_NAME"), Build: parseBuild(get("BUILD_NUMBER"))}
+	case get("JENKINS_URL") != "" || (get("JOB_NAME") != "" && get("BUILD_NUMBER") != ""):
+		branch := get("BRANCH_NAME")
+		if branch == "" {
+			branch = strings.TrimPrefix(get("GIT_BRANCH"), "origin/")
+		}
+		ci := CI{System: CIJenkins, Repo: jenkinsRepo(get("JOB_NAME"), branch), Branch: branch, Build: parseBuild(get("BUILD_NUMBER"))}
+		if tag := get("BUILD_TAG"); tag != "" {
+			var workspace string
+			if ws := get("WORKSPACE"); ws != "" {
+				workspace = identityHash(get("NODE_NAME"), ws)
+			}
+			ci.RunID = joinRunID(tag, get("STAGE_NAME"), workspace)
+		}
+		return ci
+	}
+	return CI{}
+}
+
+// joinRunID joins the non-empty parts of a run id with '/'.
+func joinRunID(parts ...string) string {
+	return joinNonEmpty("/", parts...)
 }
 
 // boundRunID makes a CI system's run id a valid one: one longer than
@@ -116,6 +162,16 @@ func NewRunID() string {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b) // crypto/rand.Read never fails
 	return hex.EncodeToString(b)
+}
+
+// LocalRunID is the run id of a build started by hand, outside CI: the
+// person (user, the operating system's user name) on the machine (host).
+// Acquiring the same build again from there is the same run, and attaches
+// to its claim when the earlier process is gone (see Claim.StateDir);
+// while it still runs, or from another machine or account, it is another
+// run: "alice@laptop"; an empty part is left out.
+func LocalRunID(user, host string) string {
+	return boundRunID(strings.Trim(user+"@"+host, "@"))
 }
 
 // parseBuild returns s as a build number, or 0 when it is not one.

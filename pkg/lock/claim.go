@@ -40,12 +40,23 @@ type Claim struct {
 	ExpiresAfter time.Duration
 	// Name overrides the derived BuildLock name.
 	Name string
-	// RunID identifies this run of the build (a re-run of a CI job keeps the
-	// build number but is another run). It is written to the BuildLock's
-	// buildlockv1.RunIDAnnotation, and Acquire re-attaches only to a claim
-	// that carries it (or names this run's pod by UID). Empty: Acquire draws
-	// a random one, so that the claim is never shared.
+	// RunID identifies this job of this run of the build (a re-run of a CI
+	// job keeps the build number but is another run; two jobs of one CI run
+	// are two runs). It is written to the BuildLock's
+	// buildlockv1.RunIDAnnotation. Empty: Acquire draws a random one, so
+	// that the claim is never shared.
 	RunID string
+	// StateDir is a directory of this job's own (the CI runner's temp
+	// directory, say) where Acquire keeps the proof that this job created
+	// its claim: a secret whose hash the claim carries
+	// (buildlockv1.RunProofAnnotation). Acquire re-attaches to an existing
+	// claim only when it names this run's pod by UID, or when the proof in
+	// StateDir shows that this job made it and the process that did has
+	// ended without handing it over (Hold.Detach): a retried step after the
+	// plugin died. Empty: the proof is kept in memory only, and a claim is
+	// never re-attached to after this process ends. StateDir is not part of
+	// the BuildLock.
+	StateDir string
 }
 
 // The API's patterns, compiled once (Go's regexp and the API server accept
@@ -216,15 +227,11 @@ func sameClaim(existing *buildlockv1.BuildLock, c Claim) bool {
 	return true
 }
 
-// owns reports whether the existing BuildLock is provably this run's claim,
-// so that Acquire may attach to it: it names this run's pod by UID, or it
-// carries this run's id. The same build number is not enough: a re-run of a
-// CI job keeps it, and two runs of one build must never deploy at once.
-func (c Claim) owns(existing *buildlockv1.BuildLock) bool {
-	if p := existing.Spec.PodRef; c.PodUID != "" && p != nil && p.UID == c.PodUID {
-		return true
-	}
-	return c.RunID != "" && existing.Annotations[buildlockv1.RunIDAnnotation] == c.RunID
+// ownsByPod reports whether the existing BuildLock names this run's pod by
+// UID: the pod is the job, whichever process of it created the claim.
+func (c Claim) ownsByPod(existing *buildlockv1.BuildLock) bool {
+	p := existing.Spec.PodRef
+	return c.PodUID != "" && p != nil && p.UID == c.PodUID
 }
 
 // Describe names bl's build and target, for messages: "build 42 of

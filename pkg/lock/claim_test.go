@@ -136,8 +136,8 @@ func TestBuildLockCarriesTheClaim(t *testing.T) {
 		s.Timestamp == nil || !s.Timestamp.Equal(ts) || s.ExpiresAfter != nil || s.RenewTime != nil {
 		t.Errorf("spec = %+v", s)
 	}
-	if !sameClaim(bl, c) || !c.owns(bl) {
-		t.Error("a claim's own BuildLock is not the same claim, or not its own")
+	if !sameClaim(bl, c) || !c.ownsByPod(bl) {
+		t.Error("a claim's own BuildLock is not the same claim, or does not name its pod")
 	}
 }
 
@@ -179,7 +179,10 @@ func TestSameClaim(t *testing.T) {
 	}
 }
 
-func TestAClaimOwnsOnlyWhatProvesItsRun(t *testing.T) {
+// TestARunIDAloneProvesNothing: only a pod's UID makes a claim this run's
+// without a proof; a run id, which anyone can copy and two jobs can share,
+// never does.
+func TestARunIDAloneProvesNothing(t *testing.T) {
 	const uid = "6f1c7a2e-0000-4000-8000-000000000001"
 	run := Claim{Namespace: "ci", Target: "staging", Repo: "acme/shop", Branch: "main", Build: 42, RunID: "100-1"}
 	inPod := run
@@ -189,17 +192,7 @@ func TestAClaimOwnsOnlyWhatProvesItsRun(t *testing.T) {
 		claim    Claim
 		want     bool
 	}{
-		"the same run id": {existing: run.BuildLock(), claim: run, want: true},
-		"a re-run of the same build": {existing: run.BuildLock(), claim: func() Claim {
-			c := run
-			c.RunID = "100-2"
-			return c
-		}()},
-		"a claim without a run id": {existing: func() *buildlockv1.BuildLock {
-			bl := run.BuildLock()
-			bl.Annotations = nil
-			return bl
-		}(), claim: run},
+		"the same run id": {existing: run.BuildLock(), claim: run},
 		"the same pod by UID, whatever the run id": {existing: func() *buildlockv1.BuildLock {
 			c := inPod
 			c.RunID = "first"
@@ -210,16 +203,12 @@ func TestAClaimOwnsOnlyWhatProvesItsRun(t *testing.T) {
 			c.PodUID, c.RunID = "6f1c7a2e-0000-4000-8000-000000000002", "first"
 			return c.BuildLock()
 		}(), claim: inPod},
-		"an empty run id proves nothing": {existing: func() *buildlockv1.BuildLock {
-			bl := run.BuildLock()
-			bl.Annotations[buildlockv1.RunIDAnnotation] = ""
-			return bl
-		}(), claim: func() Claim { c := run; c.RunID = ""; return c }()},
+		"a claim without a pod, for a claim in a pod": {existing: run.BuildLock(), claim: inPod},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			if got := tc.claim.owns(tc.existing); got != tc.want {
-				t.Errorf("owns() = %v, want %v", got, tc.want)
+			if got := tc.claim.ownsByPod(tc.existing); got != tc.want {
+				t.Errorf("ownsByPod() = %v, want %v", got, tc.want)
 			}
 		})
 	}

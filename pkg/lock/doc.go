@@ -26,16 +26,26 @@
 // ([*ClaimedByAnotherRunError]), [ErrLost] ([*LostError]),
 // [ErrInvalidClaim], [ErrNameTaken], [ErrNoHolder] and [ErrInvalidReason].
 //
-// Two runs of one build never share a claim: a BuildLock carries its run's
-// id (buildlockv1.RunIDAnnotation), and Acquire attaches to an existing
-// claim only when it carries this run's id or names this run's pod by UID.
-// [AcquireHold] returns a [Hold], whose WaitLost tells a holder that is
-// still deploying when its claim was deleted or stopped holding.
+// A claim belongs to the job that created it: a BuildLock carries its
+// job's run id (buildlockv1.RunIDAnnotation) and the hash of a secret that
+// the creating process keeps in the job's state directory
+// (buildlockv1.RunProofAnnotation, Claim.StateDir), and Acquire attaches
+// to an existing claim only when it names this run's pod by UID or when
+// the secret proves it is this job's and the process that created it has
+// ended without handing it over ([Hold.Detach]): a retried step. Two runs
+// of one build, and two jobs that compute the same run id, never share a
+// claim. A claim that is not this job's under the claim's name does not
+// keep it out: Acquire claims under a fallback name that nobody can
+// predict. [AcquireHold] returns a [Hold], whose WaitLost tells a holder
+// that is still deploying when its claim was deleted or stopped holding.
 //
 // A claim without a pod is kept alive by this process: while it waits and
 // while it holds, a goroutine bumps spec.renewTime ([Renew]) every third of
-// its expiresAfter, so that the hold expires on its own when the process
-// dies. [Hold.Release] stops it. A claim with a pod lives as long as the pod.
+// its expiresAfter (wait.JitterUntil: each up to 10% later), so that the
+// hold expires on its own when the process dies; when no renewal succeeded
+// for the renew deadline ([WithRenewDeadline]), WaitLost reports the hold
+// lost before the claim can expire. [Hold.Release] stops it. A claim with a
+// pod lives as long as the pod.
 //
 // [ReleaseName] and [ReleaseBuild] delete claims, [ForceRelease] asks the
 // operator to end a hold, and [Status] summarizes locks: holder, fencing
@@ -53,6 +63,7 @@
 // Validation uses the API's own values (api/v1alpha1's bounds and
 // patterns), and a test proves that the API server accepts and refuses the
 // same claims. [DetectCI] reads the usual CI variables (Tekton and Jenkins
-// X, GitHub Actions, GitLab CI, Jenkins) into a Claim; [Name] derives a
-// claim's BuildLock name.
+// X, GitHub Actions, GitLab CI, Jenkins) into a Claim, a run id per job
+// included; [LocalRunID] is the run id of a build acquired by hand; [Name]
+// derives a claim's BuildLock name.
 package lock

@@ -131,25 +131,49 @@ func (e *TimeoutError) Unwrap() error { return context.DeadlineExceeded }
 
 // ClaimedByAnotherRunError is the ErrClaimedByAnotherRun outcome.
 type ClaimedByAnotherRunError struct {
-	// BuildLock is the other run's claim, as read.
+	// BuildLock is the other run's claim, as read; nil when Busy says why.
 	BuildLock *buildlockv1.BuildLock
 	// RunID is this run's id.
 	RunID string
+	// Busy, when set, says that another process of this run id and state
+	// directory works on this claim right now (it holds the proof's file).
+	Busy string
+	// HandedOver says that BuildLock is this job's, taken by an earlier
+	// acquire that handed it over to the job's later steps (Hold.Detach).
+	HandedOver bool
+}
+
+// SameRunID reports whether the claim in the way carries this very run id:
+// two jobs (or two processes) computed the same one, and each needs its
+// own.
+func (e *ClaimedByAnotherRunError) SameRunID() bool {
+	return e.Busy != "" || e.BuildLock != nil && RunIDOf(e.BuildLock) == e.RunID
 }
 
 func (e *ClaimedByAnotherRunError) Error() string {
-	bl := e.BuildLock
-	theirs := RunIDOf(bl)
-	if theirs == "" {
-		theirs = "unknown"
+	if e.BuildLock == nil {
+		return fmt.Sprintf("another acquire of this run (run %s) is at work on the claim (%s); two processes never share a claim", e.RunID, e.Busy)
 	}
+	bl := e.BuildLock
 	phase := bl.Status.Phase
 	if phase == "" {
 		phase = buildlockv1.PhasePending
 	}
-	return fmt.Sprintf("BuildLock %s/%s (%s, %s) belongs to another run of this build (run %s, this is run %s); "+
-		"two runs of one build never deploy at once",
-		bl.Namespace, bl.Name, Describe(bl), phase, theirs, e.RunID)
+	what := fmt.Sprintf("BuildLock %s/%s (%s, %s)", bl.Namespace, bl.Name, Describe(bl), phase)
+	switch {
+	case e.HandedOver:
+		return fmt.Sprintf("%s was taken by an earlier acquire of this run (run %s), which handed it over to the job's later steps; "+
+			"a claim is taken once", what, e.RunID)
+	case e.SameRunID():
+		return fmt.Sprintf("%s has this run's id (run %s) but was not created by this job (it cannot show the claim's proof); "+
+			"two jobs that compute the same run id never share a claim", what, e.RunID)
+	}
+	theirs := RunIDOf(bl)
+	if theirs == "" {
+		theirs = "unknown"
+	}
+	return fmt.Sprintf("%s belongs to another run of this build (run %s, this is run %s); two runs of one build never deploy at once",
+		what, theirs, e.RunID)
 }
 
 // Is makes errors.Is(err, ErrClaimedByAnotherRun) true.

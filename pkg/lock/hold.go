@@ -9,7 +9,9 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
@@ -27,38 +29,77 @@ type Hold struct {
 	// Lease named it first.
 	BuildLock *buildlockv1.BuildLock
 
-	c          client.WithWatch
-	onError    func(error)
-	stopRenew  func()
-	mu         sync.Mutex
-	isReleased bool
+	c       client.WithWatch
+	onError func(error)
+	renewer *renewer // nil for a claim with a pod
+	proof   *proof
+	mu      sync.Mutex
+	done    bool // released or detached
 }
 
 // Release ends the hold: it stops renewing the claim and deletes it (only
-// this claim: the delete is conditional on its UID). A claim that is already
-// gone counts as released. Release may be called more than once.
+// this claim: the delete is conditional on its UID), and removes its
+// proof. A claim that is already gone counts as released. Release may be
+// called more than once.
 func (h *Hold) Release(ctx context.Context) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.isReleased {
+	if h.done {
 		return nil
 	}
-	h.stopRenew()
+	h.renewer.stop()
 	if _, err := deleteClaim(ctx, h.c, h.BuildLock, false); err != nil {
 		return err
 	}
-	h.isReleased = true
+	h.proof.remove()
+	h.done = true
 	return nil
 }
 
+// Detach leaves the hold to the job's later steps: it stops renewing the
+// claim (a pod-less one then expires expiresAfter after its last renewal,
+// unless it is released) and marks it as handed over, so that no later
+// Acquire of this run takes it again; ReleaseBuild in the same job still
+// releases it. Call it when the process ends while the claim should hold
+// (`kubectl buildlock acquire` without a command).
+func (h *Hold) Detach() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.done {
+		return nil
+	}
+	h.renewer.stop()
+	h.done = true
+	return h.proof.handOver()
+}
+
+// ReasonNotRenewed is LostError.Reason when no renewal of a pod-less hold
+// succeeded within its renew deadline (WithRenewDeadline): the claim may
+// still hold for a moment, but the holder must stop before it expires.
+const ReasonNotRenewed = "NotRenewed"
+
 // WaitLost watches the held claim until it stops holding the lock: it is
 // deleted (by anyone), or the operator ends the claim (Released, for
-// example force-released or LockLost; Expired). It then returns a *LostError
-// (ErrLost) saying why; when ctx ends first, ctx's cause. A holder that
-// deploys for a while runs it alongside, and stops deploying when it
-// returns: the lock may already be someone else's.
+// example force-released or LockLost; Expired), or (a pod-less claim) no
+// renewal succeeded within the renew deadline. It then returns a
+// *LostError (ErrLost) saying why; when ctx ends first, ctx's cause. A
+// holder that deploys for a while runs it alongside, and stops deploying
+// when it returns: the lock may already be someone else's.
 func (h *Hold) WaitLost(ctx context.Context) error {
-	return watchClaims(ctx, h.c, h.Namespace, byName(h.Name), h.onError, func(store cache.Store) (bool, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if h.renewer != nil {
+		go func() {
+			select {
+			case <-h.renewer.lapsed:
+				cancel(&LostError{Namespace: h.Namespace, Name: h.Name, Reason: ReasonNotRenewed,
+					Message: fmt.Sprintf("No renewal of the claim succeeded for %s; it expires %s after the last one, so the holder stops now.",
+						h.renewer.deadline, ExpiresAfter(h.BuildLock))})
+			case <-ctx.Done():
+			}
+		}()
+	}
+	err := watchClaims(ctx, h.c, h.Namespace, byName(h.Name), h.onError, func(store cache.Store) (bool, error) {
 		bl := claimIn(store, h.BuildLock)
 		switch {
 		case bl == nil:
@@ -72,6 +113,7 @@ func (h *Hold) WaitLost(ctx context.Context) error {
 		}
 		return false, nil
 	})
+	return err
 }
 
 // Context returns a context that is canceled when the hold is lost (see
@@ -103,6 +145,15 @@ func renewInterval(bl *buildlockv1.BuildLock, override time.Duration) time.Durat
 	return ExpiresAfter(bl) / 3
 }
 
+// renewDeadline is how long a pod-less hold may go without a successful
+// renewal: override when positive, else five sixths of its expiresAfter.
+func renewDeadline(bl *buildlockv1.BuildLock, override time.Duration) time.Duration {
+	if override > 0 {
+		return override
+	}
+	return ExpiresAfter(bl) * 5 / 6
+}
+
 // ExpiresAfter is how long bl's pod-less hold lasts without renewal: its
 // spec.expiresAfter, else the API's default.
 func ExpiresAfter(bl *buildlockv1.BuildLock) time.Duration {
@@ -112,46 +163,78 @@ func ExpiresAfter(bl *buildlockv1.BuildLock) time.Duration {
 	return buildlockv1.DefaultExpiresAfter
 }
 
-// startRenewer bumps bl's spec.renewTime every interval (and at once when
-// immediately is set) until stop is called or the claim is gone. stop waits
-// for an ongoing renewal to finish.
-func startRenewer(c client.Client, bl *buildlockv1.BuildLock, interval time.Duration, immediately bool, onError func(error)) (stop func()) {
+// renewJitter spreads renewals: each comes up to this fraction of the
+// interval later than the interval, so that holders that started together
+// do not renew together.
+const renewJitter = 0.1
+
+// renewer bumps a pod-less claim's spec.renewTime.
+type renewer struct {
+	cancel   context.CancelFunc
+	done     chan struct{}
+	once     sync.Once
+	deadline time.Duration
+	// lapsed is closed when no renewal succeeded for deadline.
+	lapsed chan struct{}
+}
+
+// startRenewer renews bl every interval, up to renewJitter later at random
+// (wait.JitterUntil; at once first when immediately is set), retrying a
+// failed renewal a few times with backoff, until stop is called or the
+// claim is gone. When no renewal succeeds for deadline (counted from now,
+// the claim's creation or its attachment), it closes lapsed.
+func startRenewer(c client.Client, bl *buildlockv1.BuildLock, interval, deadline time.Duration, immediately bool, onError func(error)) *renewer {
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
+	r := &renewer{cancel: cancel, done: make(chan struct{}), deadline: deadline, lapsed: make(chan struct{})}
+	var lapseOnce sync.Once // a hold that lapsed stays lapsed: the holder has stopped
+	lapse := time.AfterFunc(deadline, func() { lapseOnce.Do(func() { close(r.lapsed) }) })
+	backoff := wait.Backoff{Duration: min(time.Second, interval/8), Factor: 2, Jitter: renewJitter, Steps: 4, Cap: interval / 4}
+	skip := !immediately // JitterUntil runs its function at once
 	go func() {
-		defer close(done)
-		ticker := time.NewTicker(interval)
-		defer ticker.Stop()
-		first := make(chan struct{}, 1)
-		if immediately {
-			first <- struct{}{}
-		}
-		for {
-			select {
-			case <-ctx.Done():
+		defer close(r.done)
+		defer lapse.Stop()
+		wait.JitterUntilWithContext(ctx, func(ctx context.Context) {
+			if skip {
+				skip = false
 				return
-			case <-first:
-			case <-ticker.C:
 			}
-			renewCtx, cancelRenew := context.WithTimeout(ctx, interval)
-			err := Renew(renewCtx, c, bl)
-			cancelRenew()
+			var last error
+			err := retry.OnError(backoff, func(err error) bool { return ctx.Err() == nil && !gone(err) }, func() error {
+				renewCtx, cancelRenew := context.WithTimeout(ctx, interval/2)
+				defer cancelRenew()
+				last = Renew(renewCtx, c, bl)
+				return last
+			})
 			switch {
 			case err == nil:
-			case apierrors.IsNotFound(err):
-				return
+				lapse.Reset(deadline)
+			case gone(err):
+				cancel() // the claim was deleted or replaced: nothing to renew
 			case ctx.Err() == nil:
-				onError(err)
+				onError(last)
 			}
-		}
+		}, interval, renewJitter, true)
 	}()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			cancel()
-			<-done
-		})
+	return r
+}
+
+// gone reports whether a renewal failed because the claim is gone: deleted
+// (NotFound), or another object has its name (the UID precondition's
+// Conflict).
+func gone(err error) bool {
+	return apierrors.IsNotFound(err) || apierrors.IsConflict(err)
+}
+
+// stop stops renewing, waiting for an ongoing renewal to finish. A nil
+// renewer (a claim with a pod) does nothing.
+func (r *renewer) stop() {
+	if r == nil {
+		return
 	}
+	r.once.Do(func() {
+		r.cancel()
+		<-r.done
+	})
 }
 
 // Renew sets bl's spec.renewTime to now, so that its pod-less hold lasts

@@ -1,11 +1,11 @@
 package lock
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"strconv"
 	"strings"
-	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 )
@@ -37,12 +37,26 @@ func Name(c Claim) string {
 	return compactName(c, identityHash(c.Target, c.Repo, c.Branch, strconv.FormatInt(c.Build, 10)))
 }
 
-// fallbackName is the name Acquire uses when Name(c) is taken by a claim
-// with another spec (two identities that sanitize alike, or a retried
-// build with another pod): the compact form with a hash of the whole spec.
+// fallbackName is a name Acquire uses when Name(c) is taken by a claim that
+// is not this job's (another build whose name sanitizes alike, another
+// pod's claim of the build, or a claim created under it to keep this build
+// out): Name(c), shortened to leave room, and 5 random characters (from
+// generateName's alphabet, drawn from crypto/rand), so that nobody can
+// take it beforehand. Acquire finds such a claim again through its proof
+// (Claim.StateDir), not by deriving its name.
 func fallbackName(c Claim) string {
-	return compactName(c, identityHash(c.Target, c.Repo, c.Branch, strconv.FormatInt(c.Build, 10),
-		c.PodName, c.PodUID, c.Timestamp.UTC().Format(time.RFC3339Nano), c.ExpiresAfter.String()))
+	const suffixLength = 5
+	const alphabet = "bcdfghjklmnpqrstvwxz2456789" // no vowels: no words
+	base := Name(c)
+	if len(base) > MaxNameLength-suffixLength-1 {
+		base = strings.TrimRight(base[:MaxNameLength-suffixLength-1], "-")
+	}
+	b := make([]byte, suffixLength)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails
+	for i := range b {
+		b[i] = alphabet[int(b[i])%len(alphabet)]
+	}
+	return base + "-" + string(b)
 }
 
 // compactName is <repo-branch, shortened>-<build>-<target, shortened>-<hash>,
@@ -103,13 +117,18 @@ func buildPart(build int64) string {
 
 // joinParts joins the non-empty parts with '-'.
 func joinParts(parts ...string) string {
+	return joinNonEmpty("-", parts...)
+}
+
+// joinNonEmpty joins the non-empty parts with sep.
+func joinNonEmpty(sep string, parts ...string) string {
 	kept := parts[:0:0]
 	for _, p := range parts {
 		if p != "" {
 			kept = append(kept, p)
 		}
 	}
-	return strings.Join(kept, "-")
+	return strings.Join(kept, sep)
 }
 
 // identityHash is 8 hex digits of a SHA-256 over the fields, each ended by

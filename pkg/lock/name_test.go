@@ -77,15 +77,25 @@ func TestNameTellsApartIdentitiesThatTruncateAlike(t *testing.T) {
 	}
 }
 
-func TestFallbackNameDiffersFromNameAndByPod(t *testing.T) {
-	c := Claim{Target: "staging", Repo: "acme/shop", Branch: "main", Build: 42, PodName: "runner-a"}
-	d := c
-	d.PodName = "runner-b"
-	for _, n := range []string{fallbackName(c), fallbackName(d)} {
-		assertGoodName(t, n)
-	}
-	if fallbackName(c) == Name(c) || fallbackName(c) == fallbackName(d) {
-		t.Errorf("fallback names %q and %q must differ from each other and from %q", fallbackName(c), fallbackName(d), Name(c))
+// TestFallbackNamesCannotBePredicted: a fallback name reads like the
+// claim's name but ends in a random suffix, so that nobody can create it
+// beforehand.
+func TestFallbackNamesCannotBePredicted(t *testing.T) {
+	long := Claim{Target: "staging", Repo: "acme/" + strings.Repeat("x", 80), Branch: "main", Build: 4711}
+	for _, c := range []Claim{{Target: "staging", Repo: "acme/shop", Branch: "main", Build: 42}, long} {
+		seen := map[string]bool{}
+		for range 50 {
+			n := fallbackName(c)
+			assertGoodName(t, n)
+			base := Name(c)[:min(len(Name(c)), MaxNameLength-6)]
+			if !strings.HasPrefix(n, strings.TrimRight(base, "-")+"-") || len(n) != len(strings.TrimRight(base, "-"))+6 {
+				t.Errorf("fallback name %q is not %q and a suffix", n, base)
+			}
+			seen[n] = true
+		}
+		if len(seen) < 45 {
+			t.Errorf("50 fallback names of %+v gave only %d different ones", c, len(seen))
+		}
 	}
 }
 

@@ -1,6 +1,7 @@
 package lock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -51,17 +52,39 @@ type BuildRef struct {
 	Repo, Branch      string
 	Build             int64
 	// RunID, when set, narrows the claims to those of this run (their
-	// buildlockv1.RunIDAnnotation); empty means every run of the build.
-	RunID string
+	// buildlockv1.RunIDAnnotation) that this job can prove it made: they
+	// name its pod by UID (PodUID), or its proof in StateDir proves them
+	// (see Claim.StateDir). Empty means every run's claims of the build.
+	RunID    string
+	PodUID   string
+	StateDir string
 }
 
-// ReleaseBuild deletes b's claims, each guarded by the UID read. Claims of
-// the same build made by other runs than b.RunID are left alone and
-// returned in others. c needs list and delete on buildlocks.
+// ReleaseBuild deletes b's claims, each guarded by the UID read, and the
+// proofs of those it proved. Claims of the same build made by other runs
+// than b.RunID, or carrying b.RunID without proof that this job made them,
+// are left alone and returned in others. c needs list and delete on
+// buildlocks.
 func ReleaseBuild(ctx context.Context, c client.Client, b BuildRef) (released []Released, others []buildlockv1.BuildLock, err error) {
 	claims, err := listClaims(ctx, c, b.Namespace, b.Target)
 	if err != nil {
 		return nil, nil, err
+	}
+	var p *proof
+	if b.RunID != "" && b.StateDir != "" {
+		p = &proof{path: proofPath(b.StateDir, Claim{Namespace: b.Namespace, Target: b.Target, Repo: b.Repo, Branch: b.Branch, Build: b.Build, RunID: b.RunID})}
+		p.state, _ = readProof(p.path) // none: a proof of nothing
+	}
+	mine := func(bl *buildlockv1.BuildLock) bool {
+		switch {
+		case b.RunID == "":
+			return true
+		case RunIDOf(bl) != b.RunID:
+			return false
+		case Claim{PodUID: b.PodUID}.ownsByPod(bl):
+			return true
+		}
+		return p != nil && p.proves(bl)
 	}
 	var errs []error
 	for i := range claims {
@@ -69,7 +92,7 @@ func ReleaseBuild(ctx context.Context, c client.Client, b BuildRef) (released []
 		switch {
 		case bl.Spec.Repo != b.Repo || bl.Spec.Branch != b.Branch || bl.Spec.Build != b.Build:
 			continue
-		case b.RunID != "" && RunIDOf(bl) != b.RunID:
+		case !mine(bl):
 			others = append(others, *bl)
 			continue
 		}
@@ -77,6 +100,9 @@ func ReleaseBuild(ctx context.Context, c client.Client, b BuildRef) (released []
 		if err != nil {
 			errs = append(errs, err)
 			continue
+		}
+		if p != nil && p.proves(bl) {
+			p.remove()
 		}
 		released = append(released, Released{BuildLock: bl, Gone: gone})
 	}
@@ -140,7 +166,7 @@ func ForceRelease(ctx context.Context, c client.Client, namespace, target, reaso
 	if holder == nil {
 		return nil, fmt.Errorf("%w: no claim holds %s in namespace %s", ErrNoHolder, target, namespace)
 	}
-	who := whoAmI(ctx, c)
+	who := cmp.Or(whoAmI(ctx, c), "unknown")
 	r := &ForceReleased{Holder: holder, Value: who + ": " + reason}
 	err = patchClaim(ctx, c, holder, map[string]any{
 		"metadata": map[string]any{"annotations": map[string]string{buildlockv1.ForceReleaseAnnotation: r.Value}},
@@ -155,12 +181,12 @@ func ForceRelease(ctx context.Context, c client.Client, namespace, target, reaso
 	return r, nil
 }
 
-// whoAmI asks the API server who the caller is (a SelfSubjectReview), or
-// says "unknown".
+// whoAmI asks the API server who the caller is (a SelfSubjectReview): its
+// user name, "" when it cannot tell.
 func whoAmI(ctx context.Context, c client.Client) string {
 	review := &authenticationv1.SelfSubjectReview{}
-	if err := c.Create(ctx, review); err != nil || review.Status.UserInfo.Username == "" {
-		return "unknown"
+	if err := c.Create(ctx, review); err != nil {
+		return ""
 	}
 	return review.Status.UserInfo.Username
 }

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/buildlock/buildlock/pkg/lock"
 )
 
 // actionWorkflow is a one-job workflow that uses the action at ref with
@@ -174,4 +176,58 @@ func TestActionRefusesATargetThatIsNoName(t *testing.T) {
 		t.Errorf("job %s, want failed before acquiring", r.status["deploy"])
 	}
 	assertContains(t, r.output.String(), "The target must be a namespace name")
+}
+
+// TestActionGivesEachJobOfARunItsOwnRunID: the jobs of one GitHub run
+// share GITHUB_RUN_ID and GITHUB_RUN_ATTEMPT; the action tells the plugin
+// which job this is (its check run id, else its matrix index, unless the
+// workflow set BUILDLOCK_JOB), and the job's later steps (its release
+// --mine) agree on it.
+func TestActionGivesEachJobOfARunItsOwnRunID(t *testing.T) {
+	for _, tc := range []struct {
+		name               string
+		jobIndex, checkRun int
+		jobEnv             map[string]string
+		want               string
+	}{
+		{name: "the first matrix entry, without a check run id", want: "5005-1/deploy/0"},
+		{name: "the second matrix entry", jobIndex: 1, want: "5005-1/deploy/1"},
+		{name: "a job's check run id", jobIndex: 1, checkRun: 51725241954, want: "5005-1/deploy/51725241954"},
+		{name: "the workflow's own BUILDLOCK_JOB", checkRun: 51725241954, jobEnv: map[string]string{"BUILDLOCK_JOB": "eu"}, want: "5005-1/deploy/eu"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newStubs(t)
+			r := newGHRun(t, s, defaultGHEvent(), "STUB_RELEASES="+fakeRelease(t, "v0.1.0"))
+			r.jobIndex, r.checkRunID = tc.jobIndex, tc.checkRun
+			w := ghWorkflow{Jobs: map[string]ghJob{"deploy": {Env: tc.jobEnv, Steps: []ghStep{
+				{ID: "lock", Uses: "buildlock/buildlock@v0.1.0", With: map[string]any{"target": "staging"}},
+				{Name: "release", If: "always()", Shell: "bash", Run: "kubectl-buildlock release --target staging --mine"},
+			}}}}
+			r.runWorkflow(w)
+			var runs []string
+			for _, c := range named(s.calls(t), stubPlugin) {
+				runs = append(runs, c.Args[0]+" "+lock.DetectCI(c.Env).RunID)
+			}
+			if want := []string{"acquire " + tc.want, "release " + tc.want}; !slices.Equal(runs, want) || r.status["deploy"] != jobPassed {
+				t.Errorf("job %s, the plugin ran %q, want %q; output:\n%s", r.status["deploy"], runs, want, r.output.String())
+			}
+		})
+	}
+}
+
+// TestActionRefusesABuildlockJobThatCouldWriteToGitHubEnv: BUILDLOCK_JOB is
+// written to GITHUB_ENV, so a value with a newline would add a variable of
+// its own: the action refuses anything but a plain name.
+func TestActionRefusesABuildlockJobThatCouldWriteToGitHubEnv(t *testing.T) {
+	s := newStubs(t)
+	r := newGHRun(t, s, defaultGHEvent(), "STUB_RELEASES="+fakeRelease(t, "v0.1.0"))
+	w := actionWorkflow("v0.1.0", map[string]any{"target": "staging", "command": "./deploy.sh staging"})
+	job := w.Jobs["deploy"]
+	job.Env = map[string]string{"BUILDLOCK_JOB": "eu\nBASH_ENV=/tmp/evil"}
+	w.Jobs["deploy"] = job
+	r.runWorkflow(w)
+	if r.status["deploy"] != jobFailed || len(acquires(s.calls(t))) != 0 {
+		t.Errorf("job %s, want failed before acquiring; output:\n%s", r.status["deploy"], r.output.String())
+	}
+	assertContains(t, r.output.String(), "BUILDLOCK_JOB must be letters, digits")
 }

@@ -19,7 +19,9 @@ import (
 //
 //   - ${{ }} expressions are evaluated before a step runs, and only the
 //     property references used here are supported (github.x, secrets.x,
-//     inputs.x, steps.id.outputs.x, runner.x); anything else fails the test.
+//     inputs.x, steps.id.outputs.x, runner.x, job.x, strategy.x, env.x),
+//     alone or joined by ||, which gives the first truthy one (0 and ""
+//     are falsy) or else the last; anything else fails the test.
 //     The value lands verbatim wherever the expression is: in env it is
 //     data, in run: it would be code, which is why no run: may hold one.
 //   - A run: step is a script file run by its shell: `shell: bash` is
@@ -85,11 +87,11 @@ type ghAction struct {
 
 // ghEvent is what the workflow run is about: the github context's values.
 type ghEvent struct {
-	repository, refName, headRef, runNumber, commitMessage string
+	repository, refName, headRef, runNumber, runID, runAttempt, commitMessage string
 }
 
 func defaultGHEvent() ghEvent {
-	return ghEvent{repository: "acme/shop", refName: "main", runNumber: "42", commitMessage: "Fix the checkout"}
+	return ghEvent{repository: "acme/shop", refName: "main", runNumber: "42", runID: "5005", runAttempt: "1", commitMessage: "Fix the checkout"}
 }
 
 // ghRun runs a workflow's jobs.
@@ -102,12 +104,16 @@ type ghRun struct {
 	platform [2]string
 	// actionRef is github.action_ref while the action's steps run.
 	actionRef string
-	status    map[string]string // job -> jobPassed, jobFailed or jobSkipped
-	output    strings.Builder
+	// jobIndex and checkRunID are the strategy.job-index and
+	// job.check_run_id of every job (0: none).
+	jobIndex, checkRunID int
+	status               map[string]string // job -> jobPassed, jobFailed or jobSkipped
+	output               strings.Builder
 }
 
 // ghJobState is what a job's steps share.
 type ghJobState struct {
+	name                      string
 	checkout, temp, toolCache string
 	env                       map[string]string // GITHUB_ENV additions
 	path                      []string          // GITHUB_PATH additions, newest first
@@ -177,12 +183,12 @@ func ghNeeds(t *testing.T, needs any) []string {
 
 func (r *ghRun) runJob(name string, w ghWorkflow, job ghJob) string {
 	r.t.Helper()
-	st := &ghJobState{checkout: r.t.TempDir(), temp: r.t.TempDir(), toolCache: r.t.TempDir(), env: map[string]string{}}
+	st := &ghJobState{name: name, checkout: r.t.TempDir(), temp: r.t.TempDir(), toolCache: r.t.TempDir(), env: map[string]string{}}
 	r.s.deployScript(r.t, st.checkout)
 	env := map[string]string{}
 	for _, layer := range []map[string]string{w.Env, job.Env} {
 		for k, v := range layer {
-			env[k] = r.eval(v, r.contexts(st, nil, nil))
+			env[k] = r.eval(v, r.contexts(st, nil, nil, nil))
 		}
 	}
 	steps := map[string]any{}
@@ -195,8 +201,19 @@ func (r *ghRun) runJob(name string, w ghWorkflow, job ghJob) string {
 	return jobPassed
 }
 
-// contexts returns the expression contexts for a step.
-func (r *ghRun) contexts(st *ghJobState, inputs map[string]string, steps map[string]any) map[string]any {
+// contexts returns the expression contexts for a step whose environment
+// is env so far.
+func (r *ghRun) contexts(st *ghJobState, inputs map[string]string, steps map[string]any, env map[string]string) map[string]any {
+	envCtx := map[string]any{}
+	for _, layer := range []map[string]string{st.env, env} {
+		for k, v := range layer {
+			envCtx[k] = v
+		}
+	}
+	job := map[string]any{"status": "success"}
+	if r.checkRunID != 0 {
+		job["check_run_id"] = r.checkRunID
+	}
 	ctx := map[string]any{
 		"github": map[string]any{
 			"repository": r.event.repository,
@@ -207,9 +224,12 @@ func (r *ghRun) contexts(st *ghJobState, inputs map[string]string, steps map[str
 			"action_ref": r.actionRef,
 			"event":      map[string]any{"head_commit": map[string]any{"message": r.event.commitMessage}},
 		},
-		"secrets": map[string]any{"KUBECONFIG": "apiVersion: v1\nkind: Config\n"},
-		"runner":  map[string]any{"temp": st.temp, "tool_cache": st.toolCache, "os": r.platform[0], "arch": r.platform[1]},
-		"steps":   steps,
+		"secrets":  map[string]any{"KUBECONFIG": "apiVersion: v1\nkind: Config\n"},
+		"runner":   map[string]any{"temp": st.temp, "tool_cache": st.toolCache, "os": r.platform[0], "arch": r.platform[1]},
+		"steps":    steps,
+		"job":      job,
+		"strategy": map[string]any{"job-index": r.jobIndex, "job-total": 1, "fail-fast": true, "max-parallel": 1},
+		"env":      envCtx,
 	}
 	if inputs != nil {
 		in := map[string]any{}
@@ -226,22 +246,30 @@ var (
 	ghPathRe = regexp.MustCompile(`^[A-Za-z_][\w-]*(\.[\w-]+)*$`)
 )
 
-// eval replaces each ${{ ref }} in s with the value of ref in ctx.
+// eval replaces each ${{ ref }} (or ${{ ref || ref ... }}) in s with the
+// value of ref in ctx.
 func (r *ghRun) eval(s string, ctx map[string]any) string {
 	r.t.Helper()
 	return ghExprRe.ReplaceAllStringFunc(s, func(expr string) string {
-		ref := ghExprRe.FindStringSubmatch(expr)[1]
-		if !ghPathRe.MatchString(ref) {
-			r.t.Fatalf("the emulation supports property references only, not %q", expr)
-		}
-		parts := strings.Split(ref, ".")
-		v, ok := ctx[parts[0]]
-		if !ok {
-			r.t.Fatalf("%s: the emulation has no context %q", expr, parts[0])
-		}
-		for _, p := range parts[1:] {
-			m, _ := v.(map[string]any)
-			v = m[p]
+		refs := strings.Split(ghExprRe.FindStringSubmatch(expr)[1], "||")
+		var v any
+		for i, ref := range refs {
+			ref = strings.TrimSpace(ref)
+			if !ghPathRe.MatchString(ref) {
+				r.t.Fatalf("the emulation supports property references only, not %q", expr)
+			}
+			parts := strings.Split(ref, ".")
+			var ok bool
+			if v, ok = ctx[parts[0]]; !ok {
+				r.t.Fatalf("%s: the emulation has no context %q", expr, parts[0])
+			}
+			for _, p := range parts[1:] {
+				m, _ := v.(map[string]any)
+				v = m[p]
+			}
+			if truthy := v != nil && v != "" && v != 0 && v != false; truthy || i == len(refs)-1 {
+				break
+			}
 		}
 		if v == nil {
 			return ""
@@ -267,7 +295,7 @@ func (r *ghRun) runStep(where string, step ghStep, st *ghJobState, inherited map
 	default:
 		r.t.Fatalf("%s: the emulation does not evaluate if: %q", where, step.If)
 	}
-	ctx := r.contexts(st, inputs, steps)
+	ctx := r.contexts(st, inputs, steps, inherited)
 	env := map[string]string{}
 	for k, v := range inherited {
 		env[k] = v
@@ -328,7 +356,7 @@ func (r *ghRun) runAction(where, ref string, with map[string]string, st *ghJobSt
 	}
 	st.env, st.path = inner.env, inner.path
 	outputs := map[string]any{}
-	ctx := r.contexts(&inner, inputs, steps)
+	ctx := r.contexts(&inner, inputs, steps, env)
 	for name, out := range r.action.Outputs {
 		outputs[name] = r.eval(out.Value, ctx)
 	}
@@ -361,6 +389,8 @@ func (r *ghRun) runScript(where string, step ghStep, st *ghJobState, env map[str
 		"GITHUB_REF_NAME=" + r.event.refName,
 		"GITHUB_HEAD_REF=" + r.event.headRef,
 		"GITHUB_RUN_NUMBER=" + r.event.runNumber,
+		"GITHUB_RUN_ID=" + r.event.runID, "GITHUB_RUN_ATTEMPT=" + r.event.runAttempt,
+		"GITHUB_JOB=" + st.name,
 		"GITHUB_WORKSPACE=" + st.checkout,
 		"RUNNER_OS=" + r.platform[0], "RUNNER_ARCH=" + r.platform[1],
 		"RUNNER_TEMP=" + st.temp, "RUNNER_TOOL_CACHE=" + st.toolCache,

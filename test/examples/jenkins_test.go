@@ -39,7 +39,8 @@ func runJenkins(t *testing.T, s *stubs, vars map[string]string, env ...string) j
 	s.deployScript(t, workspace)
 	base := map[string]string{
 		"JENKINS_URL": "https://jenkins.example.com/", "JOB_NAME": "acme/shop/main", "BRANCH_NAME": "main",
-		"BUILD_NUMBER": "42", "WORKSPACE": workspace, "HOSTNAME": "shop-main-42-agent",
+		"BUILD_NUMBER": "42", "BUILD_TAG": "jenkins-acme-shop-main-42", "NODE_NAME": "shop-main-42-agent",
+		"WORKSPACE": workspace, "WORKSPACE_TMP": workspace + "@tmp", "HOSTNAME": "shop-main-42-agent",
 		"KUBERNETES_SERVICE_HOST": "10.96.0.1", "CHANGE_TITLE": "Fix the checkout",
 	}
 	for k, v := range vars {

@@ -15,6 +15,7 @@
 //     are skipped, and the build's result becomes FAILURE unless it is
 //     already worse (currentBuild.result only ever gets worse, as in Jenkins:
 //     SUCCESS, UNSTABLE, FAILURE, NOT_BUILT, ABORTED).
+//   - a stage's steps see its name in STAGE_NAME.
 //   - agent and options blocks are not run: the test is the agent.
 
 class StepFailure extends RuntimeException {
@@ -122,6 +123,7 @@ dsl.stages.each { stage ->
     }
     c.delegate = new StageDsl()
     c.resolveStrategy = Closure.DELEGATE_FIRST
+    build.env['STAGE_NAME'] = name
     try {
         c()
         println "STAGE ${name}: passed"
