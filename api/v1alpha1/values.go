@@ -29,6 +29,12 @@ const (
 // takes up to one of them).
 const MaxTimestampSkew = 10 * time.Second
 
+// DefaultGrantRetention is the default of the operator's --grant-retention:
+// how long a lock's grant record remembers which builds of each line held
+// the lock (a lower build never deploys after a higher one within it), and
+// how long the grant Lease of a target without claims is kept.
+const DefaultGrantRetention = 24 * time.Hour
+
 // DefaultMaxBuildJump is the default of the operator's --max-build-jump: how
 // far above the highest build of its line that held the lock (within the
 // grant retention) a claim that is not a person's may go (reason
@@ -83,6 +89,12 @@ const (
 	// accepted value overflows a duration, so the bounds check always runs.
 	DurationPattern = `^([0-9]{1,5}(\.[0-9]{1,9})?(ns|us|ms|s|m|h)){1,4}$`
 )
+
+// TargetField is the field selector of a BuildLock's spec.target, a
+// selectable field of the CRD: a lock's claims are listed with it, from the
+// API server and from the operator's cache, which indexes them under the same
+// name.
+const TargetField = "spec.target"
 
 // Annotations the API defines.
 const (

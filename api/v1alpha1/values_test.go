@@ -13,8 +13,8 @@ import (
 	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
 )
 
-// readSchema returns the v1alpha1 schema of a generated CRD.
-func readSchema(t *testing.T, file string) apiextensionsv1.JSONSchemaProps {
+// readVersion returns the v1alpha1 version of a generated CRD.
+func readVersion(t *testing.T, file string) apiextensionsv1.CustomResourceDefinitionVersion {
 	t.Helper()
 	b, err := os.ReadFile("../../config/crd/bases/" + file)
 	if err != nil {
@@ -24,7 +24,13 @@ func readSchema(t *testing.T, file string) apiextensionsv1.JSONSchemaProps {
 	if err := yaml.UnmarshalStrict(b, &crd); err != nil {
 		t.Fatalf("decoding %s: %v", file, err)
 	}
-	return *crd.Spec.Versions[0].Schema.OpenAPIV3Schema
+	return crd.Spec.Versions[0]
+}
+
+// readSchema returns the v1alpha1 schema of a generated CRD.
+func readSchema(t *testing.T, file string) apiextensionsv1.JSONSchemaProps {
+	t.Helper()
+	return *readVersion(t, file).Schema.OpenAPIV3Schema
 }
 
 // rules joins a field's CEL rules, to search them.
@@ -75,6 +81,18 @@ func TestValuesAreTheCRDs(t *testing.T) {
 	check("maxHold rule has the duration pattern", strings.Contains(maxHold, "r'"+buildlockv1.DurationPattern+"'"), true)
 	check("maxHold rule has the bounds", strings.Contains(maxHold, "duration('"+durationText(buildlockv1.MinMaxHold)+"')") &&
 		strings.Contains(maxHold, "duration('"+durationText(buildlockv1.MaxMaxHold)+"')"), true)
+}
+
+// TestTargetFieldIsSelectable keeps TargetField a selectable field of the
+// generated CRD, so that a list by it works against the API server.
+func TestTargetFieldIsSelectable(t *testing.T) {
+	fields := readVersion(t, "buildlock.io_buildlocks.yaml").SelectableFields
+	for _, f := range fields {
+		if f.JSONPath == "."+buildlockv1.TargetField {
+			return
+		}
+	}
+	t.Errorf("the CRD has no selectable field .%s: %+v", buildlockv1.TargetField, fields)
 }
 
 // durationText writes d as the markers do: "10s", "24h", "1m", "168h".
