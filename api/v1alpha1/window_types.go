@@ -23,7 +23,7 @@ const (
 type WindowHolder string
 
 const (
-	// WindowHolderKeep, the default, lets the holder keep the lock until its
+	// WindowHolderKeep is the default: the holder keeps the lock until its
 	// build ends, as always: nobody is pre-empted; the freeze holds back
 	// the claims that wait.
 	WindowHolderKeep WindowHolder = "Keep"
@@ -76,12 +76,13 @@ type TimeZone string
 // start to end).
 //
 // A recurring window starts at every instant at which the clocks of its
-// time zone show a time the schedule names, and lasts duration, measured
-// in elapsed time. When the clocks go back and show a time twice, a
-// window at that time starts twice (the two occurrences overlap or touch
-// when duration is at least the shift, and act as one); when they skip
-// forward over a time, a window at that time starts at the skip, so that
-// no window is lost to daylight saving.
+// time zone show a time the schedule names, and ends when they show that
+// time plus duration: from Friday 18:00 for 62h is until Monday 08:00,
+// also on the weekends the clocks change. When the clocks go back and show
+// a time twice, a window at that time starts twice (the two occurrences
+// act as one when they overlap or touch); when they skip forward over a
+// time, a window at that time starts at the skip, so that no window is
+// lost to daylight saving.
 //
 // +kubebuilder:validation:XValidation:rule="has(self.schedule) == has(self.duration)",message="a recurring window needs both schedule and duration (for example schedule '0 18 * * FRI' and duration 62h)"
 // +kubebuilder:validation:XValidation:rule="has(self.start) == has(self.end)",message="a one-off window needs both start and end (RFC 3339 times such as 2026-12-24T00:00:00+01:00)"
@@ -111,8 +112,9 @@ type Window struct {
 	// +optional
 	Schedule CronSchedule `json:"schedule,omitempty"`
 
-	// Duration, for a recurring window, is how long each occurrence lasts:
-	// between 1m and 8784h (366 days), for example 62h.
+	// Duration, for a recurring window, is how long each occurrence lasts
+	// on the clocks of timeZone: between 1m and 8784h (366 days), for
+	// example 62h.
 	// +optional
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=64
