@@ -5,7 +5,8 @@
 // [Compile] checks and prepares a policy's windows once; [Calendar.At] is
 // then a pure function of the instant: it reads no clock, keeps no state
 // and does no I/O, so that the controller can ask it about now, and tests
-// about any instant.
+// about any instant. [FromPolicy] reads a BuildLockPolicy's spec.windows
+// for Compile, and [PolicyStatus] writes a State as the policy's status.
 //
 // # Rules
 //

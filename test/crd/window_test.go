@@ -1,7 +1,10 @@
 package crd_test
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"time"
 
@@ -11,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	buildlockv1alpha1 "github.com/buildlock/buildlock/api/v1alpha1"
@@ -271,6 +275,34 @@ var _ = Describe("BuildLockPolicy windows", Label("validation"), func() {
 		Expect(back.Status.ActiveWindows).To(HaveLen(1))
 		Expect(back.Status.ActiveWindows[0].Reason).To(Equal("holiday freeze"))
 		Expect(back.Status.NextChange.Equal(&end)).To(BeTrue())
+
+		// kubectl get blp prints the state, the next change and the first
+		// active window's reason; -o wide its name too.
+		httpClient, err := rest.HTTPClientFor(testEnv.Config)
+		Expect(err).NotTo(HaveOccurred())
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet,
+			strings.TrimSuffix(testEnv.Config.Host, "/")+"/apis/buildlock.io/v1alpha1/namespaces/"+namespace+"/buildlockpolicies/staging", nil)
+		Expect(err).NotTo(HaveOccurred())
+		req.Header.Set("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
+		resp, err := httpClient.Do(req)
+		Expect(err).NotTo(HaveOccurred())
+		defer func() { _ = resp.Body.Close() }()
+		body, err := io.ReadAll(resp.Body)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(resp.StatusCode).To(Equal(http.StatusOK), "%s %s", req.URL, body)
+		var table metav1.Table
+		Expect(json.Unmarshal(body, &table)).To(Succeed())
+		Expect(table.Rows).To(HaveLen(1))
+		cells := map[string]any{}
+		for i, c := range table.ColumnDefinitions {
+			if c.Priority == 0 || c.Name == "Window" {
+				cells[c.Name] = table.Rows[0].Cells[i]
+			}
+		}
+		Expect(cells).To(HaveKeyWithValue("State", "Frozen"))
+		Expect(cells).To(HaveKeyWithValue("Next Change", "2026-12-28T07:00:00Z"))
+		Expect(cells).To(HaveKeyWithValue("Reason", "holiday freeze"))
+		Expect(cells).To(HaveKeyWithValue("Window", "holiday"))
 	})
 })
 
