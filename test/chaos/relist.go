@@ -148,10 +148,14 @@ func (c *Checker) RelistPolicies(items []buildlockv1.BuildLockPolicy, rv string)
 // instant its hold may last (its pod-less expiry counted from the latest
 // instant its renewal may count from, or its maximum hold) is a violation
 // once that has gone on for longer than the hold slack, in real time
-// (realNow): the operator had time to end it. Call it often.
+// (realNow): the operator had time to end it. So is a claim being deleted
+// that has not ended, and a person's edit or deletion of a grant Lease
+// that the operator has not undone, after as long. Call it often.
 func (c *Checker) CheckHoldDeadlines(realNow time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.checkDeletingEnds(realNow)
+	c.checkRepairsDue(realNow)
 	now := c.o.Now()
 	for uid := range c.heldUIDs() {
 		cv := c.claims[uid]
