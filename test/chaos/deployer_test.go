@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -59,6 +60,11 @@ type deployer struct {
 	locks  []LockKey
 	window time.Duration
 	rng    *rand.Rand
+	ledger *Ledger
+	// paused stops the writes while a person has withdrawn a target's
+	// consent (the target is not fenced then) until the fence is proven
+	// again.
+	paused atomic.Bool
 
 	mu     sync.Mutex
 	grants map[LockKey][]grantVersion
@@ -74,6 +80,7 @@ type grantVersion struct {
 	at       time.Time
 	pod      string // buildlock.io/writer-pod-uid: whose pod may write
 	relisted bool   // seen in a re-list: versions before it may be missing
+	person   bool   // written by a person, not the operator
 }
 
 type heldPipeline struct {
@@ -173,7 +180,10 @@ func (h *harness) setupEnforcement(ctx context.Context) *deployer {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	return &deployer{c: h.c, writer: writer, locks: locks, window: *flagWindow, rng: rand.New(rand.NewPCG(h.o.seed, 0x6465706c6f79)),
+	for _, k := range locks {
+		h.ledger.PersonSetsConsent(k.Target, k.Namespace)
+	}
+	return &deployer{c: h.c, writer: writer, locks: locks, window: *flagWindow, rng: rand.New(rand.NewPCG(h.o.seed, 0x6465706c6f79)), ledger: h.ledger,
 		grants: map[LockKey][]grantVersion{}, recent: map[LockKey]map[string]heldPipeline{}}
 }
 
@@ -187,8 +197,13 @@ func (d *deployer) observeLease(typ watch.EventType, l *coordinationv1.Lease) {
 	rv, _ := strconv.ParseUint(l.ResourceVersion, 10, 64)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.grants[k] = append(d.grants[k], grantVersion{rv: rv, at: time.Now(), pod: l.Annotations["buildlock.io/writer-pod-uid"], relisted: typ == Relisted})
+	d.grants[k] = append(d.grants[k], grantVersion{rv: rv, at: time.Now(), pod: l.Annotations[WriterPodAnnotation], relisted: typ == Relisted,
+		person: d.ledger != nil && d.ledger.PersonWroteLease(l)})
 }
+
+// pause stops the writes until resume.
+func (d *deployer) pause()  { d.paused.Store(true) }
+func (d *deployer) resume() { d.paused.Store(false) }
 
 // waitEnforcing waits until every enforced policy says Enforcing and both
 // API servers refuse a write from a pod that never claims anything: from
@@ -203,7 +218,10 @@ func (d *deployer) waitEnforcing(ctx context.Context, h *harness) bool {
 			if c := meta.FindStatusCondition(p.Status.Conditions, buildlockv1.ConditionEnforced); err == nil && c != nil && c.Reason == buildlockv1.ReasonEnforcing {
 				break
 			}
-			if time.Now().After(deadline) || ctx.Err() != nil {
+			if ctx.Err() != nil {
+				return false
+			}
+			if time.Now().After(deadline) {
 				h.t.Errorf("deployer: the policy of %s never said Enforcing", k)
 				return false
 			}
@@ -223,7 +241,10 @@ func (d *deployer) waitEnforcing(ctx context.Context, h *harness) bool {
 				if isEnforcementRefusal(err) {
 					break
 				}
-				if time.Now().After(deadline) || ctx.Err() != nil {
+				if ctx.Err() != nil {
+					return false
+				}
+				if time.Now().After(deadline) {
 					h.t.Errorf("deployer: API server %d did not start refusing non-holders' writes into %s: %v", i, k.Target, err)
 					return false
 				}
@@ -254,6 +275,9 @@ func (d *deployer) run(ctx context.Context) {
 	listed := time.Time{}
 	for turn := 0; ctx.Err() == nil; turn++ {
 		time.Sleep(time.Duration(70+d.rng.IntN(60)) * time.Millisecond)
+		if d.paused.Load() {
+			continue
+		}
 		if time.Since(listed) > 250*time.Millisecond {
 			claims = d.list(ctx)
 			listed = time.Now()
@@ -354,6 +378,19 @@ func reasonOf(err error) string {
 	return "error"
 }
 
+// activities returns the admitted writes, as what the pipelines deployed.
+func (d *deployer) activities() []Activity {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []Activity
+	for _, w := range d.writes {
+		if w.admitted {
+			out = append(out, Activity{Kind: ActivityWrite, Lock: w.lock, Claim: w.claim, Job: "pod " + w.pod, Start: w.sent, End: w.done})
+		}
+	}
+	return out
+}
+
 // judge checks every admitted write against its lock's grant history (in
 // etcd's order: the write's resourceVersion against the Lease's), reports
 // violations to the checker, and returns the figures. Run it once the
@@ -415,6 +452,9 @@ func (d *deployer) judge(c *Checker) string {
 			}
 			i := sort.Search(len(hist), func(i int) bool { return hist[i].rv >= w.rv }) - 1
 			if i >= 0 && hist[i].pod == w.pod {
+				if hist[i].person {
+					counts.add("admitted as a person's edit of the writer said", 1)
+				}
 				continue
 			}
 			j := i
@@ -436,15 +476,21 @@ func (d *deployer) judge(c *Checker) string {
 					w.claim, w.pod, w.kind, w.rv, after.Round(time.Millisecond), moved.rv, d.window)})
 			}
 		}
-		// The window, per move away from a pod.
-		for m := 1; m < len(hist); m++ {
-			old := hist[m-1].pod
-			if old == "" || hist[m].pod == old {
+		// The window, per move of the operator's grant away from a pod.
+		var moves []grantVersion
+		for _, g := range hist {
+			if !g.person {
+				moves = append(moves, g)
+			}
+		}
+		for m := 1; m < len(moves); m++ {
+			old := moves[m-1].pod
+			if old == "" || moves[m].pod == old {
 				continue
 			}
 			tried, window := false, time.Duration(0)
 			for _, w := range writes {
-				if w.pod != old || (w.rv <= hist[m].rv && w.sent.Before(hist[m].at)) {
+				if w.pod != old || (w.rv <= moves[m].rv && w.sent.Before(moves[m].at)) {
 					continue
 				}
 				if !w.admitted && !w.refused {
@@ -452,7 +498,7 @@ func (d *deployer) judge(c *Checker) string {
 				}
 				tried = true
 				if w.admitted {
-					window = max(window, w.done.Sub(hist[m].at))
+					window = max(window, w.done.Sub(moves[m].at))
 				}
 			}
 			if tried {
