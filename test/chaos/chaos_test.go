@@ -280,7 +280,7 @@ func newHarness(t *testing.T, cp *controlPlane, o options) *harness {
 			PolicyLag: o.policyLag, HoldSlack: o.holdSlack, Now: clock.Now}),
 		faults: &faultSet{
 			plan:    &faultPlan{rng: rand.New(rand.NewPCG(o.seed, 0x6661756c7473)), writeRate: o.faultRate, readRate: o.faultRate, podReads: *flagPodReads, injected: newCounters()},
-			refused: newCounters(), zombie: newCounters(), partition: newCounters(), lists: newCounters(), broken: *flagBreak,
+			refused: newCounters(), zombie: newCounters(), partition: newCounters(), lists: newCounters(), broken: *flagBreak, ledger: ledger,
 		},
 		watchRV: map[string]uint64{}, plane: newCounters(), switching: map[LockKey]buildlockv1.Ordering{},
 		cancels: map[string]context.CancelFunc{}, prefer: map[string]int{},
