@@ -164,6 +164,31 @@ func (p *people) note(kind string, err error) {
 	p.failed.add(kind+"/"+reason, 1)
 }
 
+// transient reports whether a call failed for a moment only: an API server
+// restarting (unreachable, or refusing by RBAC before its authorizer has
+// caught up), or a write that timed out.
+func transient(err error) bool {
+	switch {
+	case err == nil, apierrors.IsNotFound(err), apierrors.IsConflict(err), apierrors.IsInvalid(err), apierrors.IsAlreadyExists(err):
+		return false
+	case apierrors.IsForbidden(err):
+		return !strings.Contains(err.Error(), "ValidatingAdmissionPolicy")
+	}
+	return true
+}
+
+// retry calls do until it succeeds or fails for good, for up to 10 s.
+func retry(ctx context.Context, do func() error) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := do()
+		if !transient(err) || time.Now().After(deadline) || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
 func (p *people) figure(format string, args ...any) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -382,12 +407,12 @@ func (p *people) aliceWrites(ctx context.Context) bool {
 	kind := "alice deletes a grant Lease"
 	if p.rng.IntN(2) == 0 {
 		p.h.ledger.PersonDeletesLease(l)
-		err = p.alice.Delete(ctx, l, client.Preconditions{UID: &l.UID})
+		err = retry(ctx, func() error { return p.alice.Delete(ctx, l, client.Preconditions{UID: &l.UID}) })
 	} else {
 		kind = "alice edits a grant Lease"
 		l.Spec.HolderIdentity = nil
 		p.h.ledger.PersonWritesLease(l)
-		err = p.alice.Update(ctx, l)
+		err = retry(ctx, func() error { return p.alice.Update(ctx, l) })
 	}
 	p.note(kind, err)
 	switch {
@@ -395,6 +420,8 @@ func (p *people) aliceWrites(ctx context.Context) bool {
 		p.h.check.AddViolation(k, "grant-record-guarded", "%s was admitted: only the operator and system:masters may write a grant Lease (%s)", kind, l.Name)
 	case apierrors.IsForbidden(err) && !strings.Contains(err.Error(), "buildlock-grant-leases"):
 		p.h.t.Errorf("people: %s was refused, but not by the grant-Lease guard (RBAC set up wrong?): %v", kind, err)
+	case err != nil && ctx.Err() == nil && !apierrors.IsForbidden(err) && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err):
+		p.h.t.Logf("people: %s failed: %v", kind, err)
 	}
 	return true
 }
@@ -458,7 +485,8 @@ func (p *people) pipelineConsent(ctx context.Context) bool {
 		}
 	}
 	p.h.ledger.PipelineTriesConsent(ns, value)
-	err := p.setConsent(ctx, p.pipelineAs(podName, podUID), ns, value)
+	as := p.pipelineAs(podName, podUID)
+	err := retry(ctx, func() error { return p.setConsent(ctx, as, ns, value) })
 	kind := "pipeline changes consent"
 	p.note(kind, err)
 	switch {
@@ -538,9 +566,17 @@ func (p *people) finalized(ctx context.Context) bool {
 	p.note("create a finalized claim", nil)
 	keep := time.Duration(2000+p.rng.IntN(2000)) * time.Millisecond
 	p.wg.Go(func() {
+		// When the run ends meanwhile, the sequence goes on, but quickly.
+		ended := ctx.Done()
 		ctx := context.WithoutCancel(ctx)
 		deadline := time.Now().Add(5 * time.Second)
-		for time.Now().Before(deadline) {
+		for time.Now().Before(deadline) && ctx.Err() == nil {
+			select {
+			case <-ended:
+				deadline = time.Now()
+				continue
+			default:
+			}
 			if phase, _, _ := p.h.check.Claim(k.Namespace, name); phase == buildlockv1.PhaseHeld || phase == buildlockv1.PhaseWaiting || isTerminal(phase) {
 				p.ops.add("finalized claim deleted while "+string(phase), 1)
 				break
@@ -548,18 +584,16 @@ func (p *people) finalized(ctx context.Context) bool {
 			time.Sleep(100 * time.Millisecond)
 		}
 		p.h.ledger.RequestDelete(k.Namespace, name)
-		p.note("delete a finalized claim", p.admin.Delete(ctx, bl))
-		time.Sleep(keep)
-		patch := []byte(`{"metadata":{"finalizers":null}}`)
-		for attempt := 0; ; attempt++ {
-			err := client.IgnoreNotFound(p.admin.Patch(ctx, &buildlockv1.BuildLock{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: name}},
-				client.RawPatch(types.MergePatchType, patch)))
-			if err == nil || attempt == 20 {
-				p.note("remove a deleted claim's finalizer", err)
-				break
-			}
-			time.Sleep(500 * time.Millisecond) // an API server down
+		p.note("delete a finalized claim", client.IgnoreNotFound(retry(ctx, func() error { return p.admin.Delete(ctx, bl) })))
+		select {
+		case <-time.After(keep):
+		case <-ended:
+			time.Sleep(500 * time.Millisecond)
 		}
+		patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))
+		p.note("remove a deleted claim's finalizer", client.IgnoreNotFound(retry(ctx, func() error {
+			return p.admin.Patch(ctx, &buildlockv1.BuildLock{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: name}}, patch)
+		})))
 		if pod != nil {
 			p.h.ledger.PodDeleting(pod.Namespace, pod.Name)
 			p.note("delete a finalized claim's pod", client.IgnoreNotFound(p.admin.Delete(ctx, pod, client.GracePeriodSeconds(0))))
@@ -591,12 +625,20 @@ func (p *people) floodLines(ctx context.Context) {
 		spec := buildlockv1.BuildLockSpec{Target: target, Repo: repo, Branch: "main", Build: build,
 			Timestamp: micro(p.h.clock.Now()), ExpiresAfter: &metav1.Duration{Duration: 10 * time.Second}}
 		p.h.ledger.WroteSpec(ns, name, spec)
-		err := c.Create(ctx, &buildlockv1.BuildLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: spec})
+		err := retry(ctx, func() error {
+			err := c.Create(ctx, &buildlockv1.BuildLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: spec})
+			if apierrors.IsAlreadyExists(err) {
+				return nil // an earlier try went through
+			}
+			return err
+		})
 		p.note("flood: claim", err)
 		if prev != nil {
 			p.h.ledger.RequestDelete(ns, prev.name)
-			p.note("flood: release", client.IgnoreNotFound(prev.c.Delete(context.WithoutCancel(ctx),
-				&buildlockv1.BuildLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: prev.name}})))
+			old := prev
+			p.note("flood: release", client.IgnoreNotFound(retry(ctx, func() error {
+				return old.c.Delete(context.WithoutCancel(ctx), &buildlockv1.BuildLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: old.name}})
+			})))
 			prev = nil
 		}
 		if err != nil {
