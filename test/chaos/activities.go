@@ -89,16 +89,8 @@ func (c *Checker) CheckActivities(acts []Activity, window time.Duration) string 
 		if !a.Killed.IsZero() {
 			killed++
 			outlived = max(outlived, a.End.Sub(a.Killed))
-			if a.End.After(a.Killed.Add(a.Grace + killSlack)) {
-				e := c.record(Entry{At: c.o.Now(), Kind: "Check", Lock: a.Lock, Name: a.Claim, What: "command after its plugin was killed"})
-				c.violate(e, "command-dies-with-plugin", "%s ran on %s after its plugin was SIGKILLed (grace period %s)",
-					a, a.End.Sub(a.Killed).Round(time.Millisecond), a.Grace)
-			}
 		}
-		if a.Kind != ActivityWrite && a.Token > 0 && !c.granted(a.Lock, a.Claim, a.Token) {
-			e := c.record(Entry{At: c.o.Now(), Kind: "Check", Lock: a.Lock, Name: a.Claim, What: "activity without a grant"})
-			c.violate(e, "one-deployer", "%s deployed with token %d, which the grant Lease never gave %s", a, a.Token, a.Claim)
-		}
+		c.checkActivity(a)
 	}
 	var longest time.Duration
 	keys := make([]LockKey, 0, len(byLock))
@@ -107,31 +99,7 @@ func (c *Checker) CheckActivities(acts []Activity, window time.Duration) string 
 	}
 	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
 	for _, k := range keys {
-		list := byLock[k]
-		sort.Slice(list, func(i, j int) bool { return list[i].Start.Before(list[j].Start) })
-		for i, a := range list {
-			for _, b := range list[i+1:] {
-				if !b.Start.Before(a.End) {
-					break // sorted by start: no later one overlaps a
-				}
-				overlap := earlierOf(a.End, b.End).Sub(b.Start)
-				sameGrant := a.Claim == b.Claim && a.Token == b.Token
-				switch {
-				case sameGrant && a.Job != b.Job && a.Kind != ActivityWrite:
-					e := c.record(Entry{At: c.o.Now(), Kind: "Check", Lock: k, Name: a.Claim, What: "a claim shared"})
-					c.violate(e, "claim-per-job", "two jobs deployed under one claim's grant at once: %s; %s", a, b)
-				case a.Claim == b.Claim:
-				case a.Excused != "" || b.Excused != "":
-				default:
-					longest = max(longest, overlap)
-					if overlap > window {
-						e := c.record(Entry{At: c.o.Now(), Kind: "Check", Lock: k, Name: b.Claim, What: "two deployers"})
-						c.violate(e, "one-deployer", "two deployers wrote into %s at once for %s (allowed: %s, for a holder to see its claim end): %s; %s",
-							k.Target, overlap.Round(time.Millisecond), window, a, b)
-					}
-				}
-			}
-		}
+		longest = max(longest, c.checkOverlaps(k, byLock[k], window))
 	}
 	var parts []string
 	for _, kind := range []string{ActivityCommand, ActivityJob, ActivityWrite} {
@@ -139,6 +107,49 @@ func (c *Checker) CheckActivities(acts []Activity, window time.Duration) string 
 	}
 	return fmt.Sprintf("%s; longest overlap of two claims on one target %s (allowed %s); %d plugins killed, their commands gone at most %s after",
 		strings.Join(parts, ", "), longest.Round(time.Millisecond), window, killed, outlived.Round(time.Millisecond))
+}
+
+// checkActivity judges one activity alone: a killed plugin's command ended
+// in time, and a command or a job held a grant of its claim.
+func (c *Checker) checkActivity(a Activity) {
+	if !a.Killed.IsZero() && a.End.After(a.Killed.Add(a.Grace+killSlack)) {
+		e := c.record(Entry{At: c.o.Now(), Kind: "Check", Lock: a.Lock, Name: a.Claim, What: "command after its plugin was killed"})
+		c.violate(e, "command-dies-with-plugin", "%s ran on %s after its plugin was SIGKILLed (grace period %s)",
+			a, a.End.Sub(a.Killed).Round(time.Millisecond), a.Grace)
+	}
+	if a.Kind != ActivityWrite && a.Token > 0 && !c.granted(a.Lock, a.Claim, a.Token) {
+		e := c.record(Entry{At: c.o.Now(), Kind: "Check", Lock: a.Lock, Name: a.Claim, What: "activity without a grant"})
+		c.violate(e, "one-deployer", "%s deployed with token %d, which the grant Lease never gave %s", a, a.Token, a.Claim)
+	}
+}
+
+// checkOverlaps judges lock k's activities pairwise and returns the longest
+// overlap of two claims' activities that no person's edit excuses.
+func (c *Checker) checkOverlaps(k LockKey, list []Activity, window time.Duration) time.Duration {
+	var longest time.Duration
+	sort.Slice(list, func(i, j int) bool { return list[i].Start.Before(list[j].Start) })
+	for i, a := range list {
+		for _, b := range list[i+1:] {
+			if !b.Start.Before(a.End) {
+				break // sorted by start: no later one overlaps a
+			}
+			overlap := earlierOf(a.End, b.End).Sub(b.Start)
+			switch {
+			case a.Claim == b.Claim && a.Token == b.Token && a.Job != b.Job && a.Kind != ActivityWrite:
+				e := c.record(Entry{At: c.o.Now(), Kind: "Check", Lock: k, Name: a.Claim, What: "a claim shared"})
+				c.violate(e, "claim-per-job", "two jobs deployed under one claim's grant at once: %s; %s", a, b)
+			case a.Claim == b.Claim, a.Excused != "" || b.Excused != "":
+			default:
+				longest = max(longest, overlap)
+				if overlap > window {
+					e := c.record(Entry{At: c.o.Now(), Kind: "Check", Lock: k, Name: b.Claim, What: "two deployers"})
+					c.violate(e, "one-deployer", "two deployers wrote into %s at once for %s (allowed: %s, for a holder to see its claim end): %s; %s",
+						k.Target, overlap.Round(time.Millisecond), window, a, b)
+				}
+			}
+		}
+	}
+	return longest
 }
 
 // granted reports whether lock k's grant Lease ever named claim name with

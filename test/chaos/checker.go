@@ -238,7 +238,7 @@ type Checker struct {
 	claims     map[types.UID]*claimView
 	names      map[string]types.UID // ns/name → latest UID
 	locks      map[LockKey]*lockView
-	floors     map[string]int64 // namespace → its token floor, as last seen (0 once deleted)
+	floors     map[string]int64 // namespace → the highest token floor seen
 	namespaces map[string]*namespaceView
 	history    []Entry
 	violations []Violation
@@ -493,6 +493,30 @@ func (v *claimView) orderTime() time.Time {
 	return v.spec.Timestamp.Time
 }
 
+// newClaimView is the checker's view of version bl of a claim, carrying
+// on what it followed of the claim's earlier versions (prev; nil for the
+// first seen).
+func newClaimView(lock LockKey, bl *buildlockv1.BuildLock, prev *claimView, now time.Time) *claimView {
+	cv := &claimView{lock: lock, name: bl.Name, uid: bl.UID, created: bl.CreationTimestamp.Time, rv: bl.ResourceVersion, lastSeen: now}
+	cv.addedRV = parseRV(bl.ResourceVersion)
+	if prev != nil {
+		cv.addedRV, cv.placedRV = prev.addedRV, prev.placedRV
+		cv.heldTokens, cv.heldAt, cv.expiredBeforeRenewal = prev.heldTokens, prev.heldAt, prev.expiredBeforeRenewal
+		cv.renewLow, cv.renewHigh, cv.overrunSince = prev.renewLow, prev.renewHigh, prev.overrunSince
+		cv.deletingSince, cv.endRV = prev.deletingSince, prev.endRV
+	}
+	cv.deleting = bl.DeletionTimestamp != nil
+	if r := bl.Spec.Requester; r != nil {
+		cv.requester = r.Username
+	}
+	if cv.endRV == 0 && isTerminal(phaseOf(bl.Status.Phase)) {
+		cv.endRV = parseRV(bl.ResourceVersion)
+	}
+	cv.spec, cv.status = *bl.Spec.DeepCopy(), *bl.Status.DeepCopy()
+	cv.notePlace(bl)
+	return cv
+}
+
 // notePlace records the resourceVersion at which the claim was first seen
 // with a place in its lock's queue.
 func (v *claimView) notePlace(bl *buildlockv1.BuildLock) {
@@ -536,23 +560,7 @@ func (c *Checker) observeClaim(typ watch.EventType, bl *buildlockv1.BuildLock) {
 	lv := c.lock(lock)
 
 	prev := c.claims[bl.UID]
-	cv := &claimView{lock: lock, name: bl.Name, uid: bl.UID, created: bl.CreationTimestamp.Time, rv: bl.ResourceVersion, lastSeen: now}
-	cv.addedRV = parseRV(bl.ResourceVersion)
-	if prev != nil {
-		cv.addedRV, cv.placedRV = prev.addedRV, prev.placedRV
-		cv.heldTokens, cv.heldAt, cv.expiredBeforeRenewal = prev.heldTokens, prev.heldAt, prev.expiredBeforeRenewal
-		cv.renewLow, cv.renewHigh, cv.overrunSince = prev.renewLow, prev.renewHigh, prev.overrunSince
-		cv.deletingSince, cv.endRV = prev.deletingSince, prev.endRV
-	}
-	cv.deleting = bl.DeletionTimestamp != nil
-	if r := bl.Spec.Requester; r != nil {
-		cv.requester = r.Username
-	}
-	if cv.endRV == 0 && isTerminal(phaseOf(bl.Status.Phase)) {
-		cv.endRV = parseRV(bl.ResourceVersion)
-	}
-	cv.spec, cv.status = *bl.Spec.DeepCopy(), *bl.Status.DeepCopy()
-	cv.notePlace(bl)
+	cv := newClaimView(lock, bl, prev, now)
 
 	// Spec: only the workload writes it.
 	sentAt, written := c.ledger.SpecWritten(bl.Namespace, bl.Name, bl.Spec)
@@ -597,22 +605,28 @@ func (c *Checker) observeClaim(typ watch.EventType, bl *buildlockv1.BuildLock) {
 	}
 
 	c.checkHeld(e, lv, cv, prev, from, to, now)
-	if cv.deleting && isTerminal(to) && !isTerminal(from) {
-		c.stats.DeletingEnded++
-	}
 	if from != to {
-		c.stats.Phases[string(to)+"/"+bl.Status.Reason]++
-		switch to {
-		case buildlockv1.PhaseSuperseded:
-			c.checkSuperseded(e, lv, cv, now)
-		case buildlockv1.PhaseExpired:
-			c.checkExpired(e, lv, cv, now)
-		case buildlockv1.PhaseReleased:
-			c.checkReleased(e, lv, cv, from, now)
-		}
+		c.checkEnding(e, lv, cv, from, to, now)
 	}
 	if to == buildlockv1.PhaseWaiting {
 		c.trackFairness(lv, cv, now)
+	}
+}
+
+// checkEnding judges a claim's move from phase from to phase to: how it
+// ended, when it did.
+func (c *Checker) checkEnding(e Entry, lv *lockView, cv *claimView, from, to buildlockv1.Phase, now time.Time) {
+	c.stats.Phases[string(to)+"/"+cv.status.Reason]++
+	if cv.deleting && isTerminal(to) && !isTerminal(from) {
+		c.stats.DeletingEnded++
+	}
+	switch to {
+	case buildlockv1.PhaseSuperseded:
+		c.checkSuperseded(e, lv, cv, now)
+	case buildlockv1.PhaseExpired:
+		c.checkExpired(e, lv, cv, now)
+	case buildlockv1.PhaseReleased:
+		c.checkReleased(e, lv, cv, from, now)
 	}
 }
 
@@ -1031,6 +1045,20 @@ func (c *Checker) observeLease(typ watch.EventType, l *coordinationv1.Lease) {
 		return
 	}
 	c.noteRepaired(lv)
+	c.judgeTokens(e, lv, l, holder, token)
+	c.checkWriter(e, l, holder)
+	c.noteMemory(e, lv, l)
+	lv.leaseSeen, lv.leaseDeleted, lv.leaseHolder, lv.leaseToken = true, false, holder, token
+	lv.lease = l.DeepCopy()
+	lv.leaseMaxToken = max(lv.leaseMaxToken, token)
+	c.stats.MaxToken = max(c.stats.MaxToken, token)
+}
+
+// judgeTokens judges a version of the grant Lease the operator wrote
+// against the grants before it: a new holder comes with a token above every
+// token so far, or names the latest grant's holder again (a restore); a
+// holder keeps its token; a freed Lease keeps its token floor.
+func (c *Checker) judgeTokens(e Entry, lv *lockView, l *coordinationv1.Lease, holder string, token int64) {
 	restore := holder != "" && holder == lv.lastGrantHolder && token == lv.lastGrantToken && (lv.leaseDeleted || holder != lv.leaseHolder)
 	switch {
 	case restore:
@@ -1041,27 +1069,25 @@ func (c *Checker) observeLease(typ watch.EventType, l *coordinationv1.Lease) {
 		c.violate(e, "fencing-token-increases", "the Lease kept holder %s but its token changed %d → %d", holder, lv.leaseToken, token)
 	case holder == "" && token < lv.leaseMaxToken:
 		c.violate(e, "fencing-token-increases", "the freed Lease lowered its token floor %d → %d", lv.leaseMaxToken, token)
-	case holder == "" && typ == Relisted && token > lv.leaseMaxToken:
+	case holder == "" && e.Type == Relisted && token > lv.leaseMaxToken:
 		lv.gapTokens = append(lv.gapTokens, [2]int64{lv.leaseMaxToken + 1, token})
 	}
-	c.checkWriter(e, l, holder)
-	c.noteMemory(e, lv, l)
-	lv.leaseSeen, lv.leaseDeleted, lv.leaseHolder, lv.leaseToken = true, false, holder, token
-	lv.lease = l.DeepCopy()
-	lv.leaseMaxToken = max(lv.leaseMaxToken, token)
-	c.stats.MaxToken = max(c.stats.MaxToken, token)
 }
 
 // observeFloor follows a namespace's token floor: the highest token of the
-// grant Leases the operator deleted there. Only a person deletes it.
+// grant Leases the operator deleted there. The operator raises it before it
+// deletes a Lease, so an idle Lease is deleted only once some version of
+// the floor held its token (a person's deletion of the floor meanwhile
+// does not make that deletion wrong: the operator restores the floor, and
+// fencing-token-increases judges every later grant). Only a person deletes
+// a floor.
 func (c *Checker) observeFloor(typ watch.EventType, l *coordinationv1.Lease, token int64) {
+	e := c.record(Entry{At: c.o.Now(), Kind: "Lease", Type: typ, Lock: LockKey{Namespace: l.Namespace}, Name: l.Name, UID: l.UID, RV: l.ResourceVersion,
+		What: fmt.Sprintf("token floor %d", token), token: token})
 	if typ != watch.Deleted {
-		c.floors[l.Namespace] = token
+		c.floors[l.Namespace] = max(c.floors[l.Namespace], token)
 		return
 	}
-	c.floors[l.Namespace] = 0
-	e := c.record(Entry{At: c.o.Now(), Kind: "Lease", Type: typ, Lock: LockKey{Namespace: l.Namespace}, Name: l.Name, UID: l.UID, RV: l.ResourceVersion,
-		What: fmt.Sprintf("token floor %d deleted", token), token: token})
 	if c.ledger.PersonDeletedLease(l.UID) {
 		c.stats.FloorDeletes++
 		return

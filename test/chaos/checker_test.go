@@ -367,6 +367,22 @@ func TestCheckerAccepts(t *testing.T) {
 			h.later(time.Minute)
 			h.c.CheckHoldDeadlines(h.now)
 		},
+		// Seen in a short run: the operator raised the floor, a person
+		// deleted it, the operator deleted the idle Lease.
+		"an idle Lease deleted just after a person deleted the floor that held its token": func(h *history) {
+			handOff(h)
+			h.deleteClaim("a", true)
+			h.deleteClaim("b", true)
+			h.grant("", 2)
+			h.later(time.Hour)
+			floor := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: TokenFloorLease, UID: "floor", ResourceVersion: h.nextRV()},
+				Spec: coordinationv1.LeaseSpec{LeaseTransitions: ptr.To(int32(2))}}
+			h.c.ObserveLease(watch.Added, floor.DeepCopy())
+			h.ledger.PersonDeletesLease(floor)
+			floor.ResourceVersion = h.nextRV()
+			h.c.ObserveLease(watch.Deleted, floor)
+			h.c.ObserveLease(watch.Deleted, h.lease.DeepCopy())
+		},
 		"the token floor deleted by a person": func(h *history) {
 			floor := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: TokenFloorLease, UID: "floor", ResourceVersion: h.nextRV()},
 				Spec: coordinationv1.LeaseSpec{LeaseTransitions: ptr.To(int32(2))}}

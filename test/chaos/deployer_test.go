@@ -63,8 +63,10 @@ type deployer struct {
 	ledger *Ledger
 	// paused stops the writes while a person has withdrawn a target's
 	// consent (the target is not fenced then) until the fence is proven
-	// again.
-	paused atomic.Bool
+	// again; writing is held during each write, so that pause can wait for
+	// the one in flight.
+	paused  atomic.Bool
+	writing sync.Mutex
 
 	mu     sync.Mutex
 	grants map[LockKey][]grantVersion
@@ -201,8 +203,14 @@ func (d *deployer) observeLease(typ watch.EventType, l *coordinationv1.Lease) {
 		person: d.ledger != nil && d.ledger.PersonWroteLease(l)})
 }
 
-// pause stops the writes until resume.
-func (d *deployer) pause()  { d.paused.Store(true) }
+// pause stops the writes until resume, and returns once the write in
+// flight (if any) has its reply: none is sent while the fence is off.
+func (d *deployer) pause() {
+	d.paused.Store(true)
+	d.writing.Lock()
+	defer d.writing.Unlock()
+}
+
 func (d *deployer) resume() { d.paused.Store(false) }
 
 // waitEnforcing waits until every enforced policy says Enforcing and both
@@ -321,11 +329,17 @@ func (d *deployer) run(ctx context.Context) {
 		if pick == nil {
 			continue
 		}
+		d.writing.Lock()
+		if d.paused.Load() {
+			d.writing.Unlock()
+			continue
+		}
 		w := deployWrite{lock: k, claim: name, pod: pick.pod, kind: kind, sent: time.Now()}
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: k.Target, Name: "deployed"}}
 		wctx := context.WithValue(ctx, impersonateKey{}, podIdentity(k.Namespace, pick.podName, pick.pod))
 		err := d.writer.Patch(wctx, cm, client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"data":{"by":%q}}`, name)))
 		w.done = time.Now()
+		d.writing.Unlock()
 		switch {
 		case err == nil:
 			w.admitted = true

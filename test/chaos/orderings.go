@@ -166,23 +166,8 @@ func atLeastAsNew(a, b *claimView) bool {
 // no earlier. A claim superseded by no claim (the grant record's memory)
 // must be at or below a build of its line that held within the retention.
 func (c *Checker) checkSuperseded(e Entry, lv *lockView, cv *claimView, now time.Time) {
-	if r := cv.status.Reason; r == buildlockv1.ReasonLineOwnedByOther || r == buildlockv1.ReasonBuildJumpTooLarge {
-		if !c.boundByLine(lv, cv, now) {
-			// The Lease version that explains it may still be on its way.
-			lv.memoryPending = append(lv.memoryPending, memorySupersession{e: e, cv: cv, now: now})
-		}
-		return
-	}
 	if cv.status.SupersededBy == "" {
-		if _, ok := c.heldAtOrAbove(lv, cv, now, c.o.Retention+c.o.Tolerance); ok {
-			return
-		}
-		if c.rememberedAtOrAbove(lv, cv, now) {
-			c.stats.MemorySupersessions++
-			return
-		}
-		// The Lease version that explains it may still be on its way.
-		lv.memoryPending = append(lv.memoryPending, memorySupersession{e: e, cv: cv, now: now})
+		c.checkSupersededByLine(e, lv, cv, now)
 		return
 	}
 	by := c.claims[c.names[cv.lock.Namespace+"/"+cv.status.SupersededBy]]
@@ -240,6 +225,27 @@ func (c *Checker) heldAtOrAbove(lv *lockView, cv *claimView, now time.Time, with
 		}
 	}
 	return heldBuild{}, false
+}
+
+// checkSupersededByLine: a claim superseded by no claim is superseded by
+// what its line held within the retention: a build at or above it, a line
+// another service account owns, or a build too far below it. What the
+// checker saw hold, or a version of the Lease's memory, must explain it;
+// the version that does may still be on its way (two watches), so what is
+// not explained yet is judged at the end of the run.
+func (c *Checker) checkSupersededByLine(e Entry, lv *lockView, cv *claimView, now time.Time) {
+	if r := cv.status.Reason; r != buildlockv1.ReasonLineOwnedByOther && r != buildlockv1.ReasonBuildJumpTooLarge {
+		if _, ok := c.heldAtOrAbove(lv, cv, now, c.o.Retention+c.o.Tolerance); ok {
+			return
+		}
+	}
+	if c.explainedByMemory(lv, cv, now) {
+		if cv.status.Reason != buildlockv1.ReasonLineOwnedByOther && cv.status.Reason != buildlockv1.ReasonBuildJumpTooLarge {
+			c.stats.MemorySupersessions++
+		}
+		return
+	}
+	lv.memoryPending = append(lv.memoryPending, memorySupersession{e: e, cv: cv, now: now})
 }
 
 // boundByLine reports whether a build of cv's line held within the

@@ -226,12 +226,8 @@ func (c *Checker) checkDeletingEnds(realNow time.Time) {
 		if !cv.deleting || cv.deleted || isTerminal(phaseOf(cv.status.Phase)) {
 			continue
 		}
-		if cv.deletingSince.IsZero() {
-			cv.deletingSince = realNow
-			continue
-		}
-		over := realNow.Sub(cv.deletingSince)
-		if over <= c.o.HoldSlack {
+		over, due := c.overdue(&cv.deletingSince, realNow)
+		if !due {
 			c.stats.LongestDeleting = max(c.stats.LongestDeleting, over)
 			continue
 		}

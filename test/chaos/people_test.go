@@ -153,15 +153,7 @@ func (p *people) note(kind string, err error) {
 	if first && !strings.HasPrefix(kind, "alice") && !strings.HasPrefix(kind, "pipeline") {
 		p.figure("people: %s failed first with: %v", kind, err)
 	}
-	reason := string(apierrors.ReasonForError(err))
-	if reason == "" || reason == string(metav1.StatusReasonUnknown) {
-		reason = "error"
-	}
-	if _, rest, ok := strings.Cut(err.Error(), "ValidatingAdmissionPolicy '"); ok {
-		name, _, _ := strings.Cut(rest, "'")
-		reason += " by " + name
-	}
-	p.failed.add(kind+"/"+reason, 1)
+	p.failed.add(kind+"/"+failureReason(err), 1)
 }
 
 // transient reports whether a call failed for a moment only: an API server
@@ -195,7 +187,7 @@ func (p *people) figure(format string, args ...any) {
 	p.figures = append(p.figures, fmt.Sprintf(format, args...))
 }
 
-// run plays the people until ctx ends: each behaviour once early (so that
+// run plays the people until ctx ends: each behavior once early (so that
 // the short run has them all: one that finds nothing to act on, say no
 // lock held, is tried again next time), then at random, one every half to
 // whole of every. The flood runs on its own.
@@ -270,6 +262,17 @@ func (p *people) heldLock() (LockKey, ClaimRef, []ClaimRef, bool) {
 	return LockKey{}, ClaimRef{}, nil, false
 }
 
+// heldLease reads the grant Lease of a lock of the workload whose holder
+// the checker sees Held.
+func (p *people) heldLease(ctx context.Context) (LockKey, *coordinationv1.Lease, bool) {
+	k, _, _, ok := p.heldLock()
+	if !ok {
+		return k, nil, false
+	}
+	l, ok := p.getLease(ctx, k.Namespace, LeasePrefix+k.Target)
+	return k, l, ok
+}
+
 func (p *people) getLease(ctx context.Context, ns, name string) (*coordinationv1.Lease, bool) {
 	var l coordinationv1.Lease
 	if err := p.admin.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &l); err != nil {
@@ -283,11 +286,7 @@ func (p *people) getLease(ctx context.Context, ns, name string) (*coordinationv1
 // operator must write it again at once, naming the same holder with the
 // same token; meanwhile an enforced target refuses every write.
 func (p *people) deleteGrantLease(ctx context.Context) bool {
-	k, _, _, ok := p.heldLock()
-	if !ok {
-		return false
-	}
-	l, ok := p.getLease(ctx, k.Namespace, LeasePrefix+k.Target)
+	_, l, ok := p.heldLease(ctx)
 	if !ok {
 		return false
 	}
@@ -309,15 +308,25 @@ func (p *people) edit(ctx context.Context, c client.Client, kind string, k LockK
 	return true
 }
 
-// editHolder: a person writes another holder into a held lock's grant
-// Lease, keeping the token: a waiter, a claim that does not exist, or
-// nobody. The operator must write the holder back.
-func (p *people) editHolder(ctx context.Context) bool {
+// editHeld is edit, as the administrator, of a lock of the workload whose
+// holder the checker sees Held; change also gets the lock's other live
+// claims.
+func (p *people) editHeld(ctx context.Context, kind string, change func(l *coordinationv1.Lease, others []ClaimRef)) bool {
 	k, _, others, ok := p.heldLock()
 	if !ok {
 		return false
 	}
-	return p.edit(ctx, p.admin, "edit grant Lease holder", k, func(l *coordinationv1.Lease) bool {
+	return p.edit(ctx, p.admin, kind, k, func(l *coordinationv1.Lease) bool {
+		change(l, others)
+		return true
+	})
+}
+
+// editHolder: a person writes another holder into a held lock's grant
+// Lease, keeping the token: a waiter, a claim that does not exist, or
+// nobody. The operator must write the holder back.
+func (p *people) editHolder(ctx context.Context) bool {
+	return p.editHeld(ctx, "edit grant Lease holder", func(l *coordinationv1.Lease, others []ClaimRef) {
 		switch n := p.rng.IntN(3); {
 		case n == 0 && len(others) > 0:
 			w := others[p.rng.IntN(len(others))]
@@ -327,7 +336,6 @@ func (p *people) editHolder(ctx context.Context) bool {
 		default:
 			l.Spec.HolderIdentity = nil
 		}
-		return true
 	})
 }
 
@@ -335,11 +343,7 @@ func (p *people) editHolder(ctx context.Context) bool {
 // 50. The operator must write the holder's token back; later grants go
 // above every token it gave.
 func (p *people) editToken(ctx context.Context) bool {
-	k, _, _, ok := p.heldLock()
-	if !ok {
-		return false
-	}
-	return p.edit(ctx, p.admin, "edit grant Lease token", k, func(l *coordinationv1.Lease) bool {
+	return p.editHeld(ctx, "edit grant Lease token", func(l *coordinationv1.Lease, _ []ClaimRef) {
 		t := ptr.Deref(l.Spec.LeaseTransitions, 0)
 		if p.rng.IntN(2) == 0 && t > 1 {
 			t = 1
@@ -347,7 +351,6 @@ func (p *people) editToken(ctx context.Context) bool {
 			t += 50
 		}
 		l.Spec.LeaseTransitions = ptr.To(t)
-		return true
 	})
 }
 
@@ -395,11 +398,7 @@ func (p *people) aliceWrites(ctx context.Context) bool {
 	if p.dep == nil {
 		return false
 	}
-	k, _, _, ok := p.heldLock()
-	if !ok {
-		return false
-	}
-	l, ok := p.getLease(ctx, k.Namespace, LeasePrefix+k.Target)
+	k, l, ok := p.heldLease(ctx)
 	if !ok {
 		return false
 	}
@@ -420,7 +419,7 @@ func (p *people) aliceWrites(ctx context.Context) bool {
 		p.h.check.AddViolation(k, "grant-record-guarded", "%s was admitted: only the operator and system:masters may write a grant Lease (%s)", kind, l.Name)
 	case apierrors.IsForbidden(err) && !strings.Contains(err.Error(), "buildlock-grant-leases"):
 		p.h.t.Errorf("people: %s was refused, but not by the grant-Lease guard (RBAC set up wrong?): %v", kind, err)
-	case err != nil && ctx.Err() == nil && !apierrors.IsForbidden(err) && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err):
+	case ctx.Err() == nil && !apierrors.IsForbidden(err) && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err):
 		p.h.t.Logf("people: %s failed: %v", kind, err)
 	}
 	return true

@@ -165,12 +165,8 @@ func (c *Checker) CheckHoldDeadlines(realNow time.Time) {
 			cv.overrunSince = time.Time{}
 			continue
 		}
-		if cv.overrunSince.IsZero() {
-			cv.overrunSince = realNow
-			continue
-		}
-		over := realNow.Sub(cv.overrunSince)
-		if over <= c.o.HoldSlack {
+		over, due := c.overdue(&cv.overrunSince, realNow)
+		if !due {
 			c.stats.LongestOverrun = max(c.stats.LongestOverrun, over)
 			continue
 		}
@@ -180,6 +176,17 @@ func (c *Checker) CheckHoldDeadlines(realNow time.Time) {
 			cv.renewHigh.Format(time.StampMilli), expiresAfter(cv.spec))
 		cv.overrunSince = realNow.Add(24 * time.Hour) // report once
 	}
+}
+
+// overdue follows how long something the operator must react to has gone
+// on: *since is when the checker first saw it (real time, set now the first
+// time). It returns how long that is, and whether it is past the hold slack.
+func (c *Checker) overdue(since *time.Time, realNow time.Time) (time.Duration, bool) {
+	if since.IsZero() {
+		*since = realNow
+	}
+	over := realNow.Sub(*since)
+	return over, over > c.o.HoldSlack
 }
 
 func (c *Checker) heldUIDs() map[types.UID]bool {

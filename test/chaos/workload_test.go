@@ -245,18 +245,23 @@ func (w *workload) note(kind string, err error) {
 		w.ops.add(kind, 1)
 		return
 	}
+	w.failed.add(kind+"/"+failureReason(err), 1)
+}
+
+// failureReason names why a call failed: the API's reason, and which
+// admission policy refused it (with enforcement installed, an API server
+// just (re)started may refuse claims until it has compiled the requester
+// policy).
+func failureReason(err error) string {
 	reason := string(apierrors.ReasonForError(err))
 	if reason == "" || reason == string(metav1.StatusReasonUnknown) {
 		reason = "error"
 	}
-	// Which admission policy refused it: with enforcement installed, an API
-	// server just (re)started may refuse claims until it has compiled the
-	// requester policy.
 	if _, rest, ok := strings.Cut(err.Error(), "ValidatingAdmissionPolicy '"); ok {
 		name, _, _ := strings.Cut(rest, "'")
 		reason += " by " + name
 	}
-	w.failed.add(kind+"/"+reason, 1)
+	return reason
 }
 
 func micro(t time.Time) *buildlockv1.Timestamp {
