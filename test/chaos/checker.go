@@ -176,6 +176,11 @@ type CheckerStats struct {
 	// their holder (after a deletion, or an edit of the holder).
 	PersonLeaseEdits, PersonLeaseDeletes, Repairs, Restores int
 	LongestRepair                                           time.Duration
+	// FollowedEdits counts the operator versions that granted what a
+	// person's edit named, with the token of the grant before it (a
+	// residual, once the holder of that token has ended: bug 8 of
+	// docs/reliability.md).
+	FollowedEdits int
 	// FloorDeletes counts token floors people deleted.
 	FloorDeletes int
 	// DeletingEnded counts claims that ended while being deleted (a
@@ -346,6 +351,11 @@ type lockView struct {
 	lastGrantHolder string
 	lastGrantToken  int64
 	restores        []restore
+	// personHolder and personToken are what the latest version a person
+	// wrote named; follows the operator versions that granted just that.
+	personHolder string
+	personToken  int64
+	follows      []follow
 	// repair is a person's edit or deletion of the grant Lease that no
 	// operator version has followed yet.
 	repair *repairDue
@@ -740,7 +750,7 @@ func (c *Checker) checkHeld(e Entry, lv *lockView, cv, prev *claimView, from, to
 	token := cv.status.FencingToken
 	switch {
 	case to == buildlockv1.PhaseHeld && from != buildlockv1.PhaseHeld:
-		if token <= lv.lastHeldToken {
+		if token <= lv.lastHeldToken && !followsEdit(lv, cv, token) {
 			c.violate(e, "fencing-token-increases", "%s holds with fencing token %d, not above the previous holder %s's %d", cv.name, token, lv.lastHeldName, lv.lastHeldToken)
 		}
 		if cv.deleting {
@@ -1060,9 +1070,12 @@ func (c *Checker) observeLease(typ watch.EventType, l *coordinationv1.Lease) {
 // holder keeps its token; a freed Lease keeps its token floor.
 func (c *Checker) judgeTokens(e Entry, lv *lockView, l *coordinationv1.Lease, holder string, token int64) {
 	restore := holder != "" && holder == lv.lastGrantHolder && token == lv.lastGrantToken && (lv.leaseDeleted || holder != lv.leaseHolder)
+	followed := holder != "" && holder == lv.personHolder && token == lv.personToken && holder != lv.leaseHolder
 	switch {
 	case restore:
 		c.noteRestore(e, lv, l, holder)
+	case followed:
+		c.noteFollowed(e, lv, l, holder, token)
 	case holder != "" && (!lv.leaseSeen || lv.leaseDeleted || holder != lv.leaseHolder):
 		c.noteGrant(e, lv, l, holder, token)
 	case holder != "" && token != lv.leaseToken:

@@ -383,6 +383,19 @@ func TestCheckerAccepts(t *testing.T) {
 			h.c.ObserveLease(watch.Deleted, floor)
 			h.c.ObserveLease(watch.Deleted, h.lease.DeepCopy())
 		},
+		// Seen in a short run: the edit names the waiter, the holder is
+		// deleted before the operator undoes it; nothing shows the token
+		// any more, and the operator takes the edit for a grant.
+		"a person's edit naming the waiter followed, once the holder was deleted": func(h *history) {
+			h.create("a", "acme/shop", 41, "pod-a")
+			h.create("b", "acme/web", 7, "pod-b")
+			h.hold("a", 3)
+			h.status("b", buildlockv1.PhaseWaiting, buildlockv1.ReasonWaitingForHolder, 0, "")
+			h.personEditsLease(func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr.To("b/uid-b") })
+			h.deleteClaim("a", true)
+			h.grant("b", 3)
+			h.status("b", buildlockv1.PhaseHeld, buildlockv1.ReasonAcquired, 3, "")
+		},
 		"the token floor deleted by a person": func(h *history) {
 			floor := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: TokenFloorLease, UID: "floor", ResourceVersion: h.nextRV()},
 				Spec: coordinationv1.LeaseSpec{LeaseTransitions: ptr.To(int32(2))}}
@@ -662,6 +675,17 @@ func TestCheckerReports(t *testing.T) {
 				h.status("b", buildlockv1.PhaseHeld, buildlockv1.ReasonAcquired, 1, "")
 			},
 			rules: []string{"fencing-token-increases", "fencing-token-increases"},
+		},
+		"a person's edit naming the waiter followed while the holder still held": {
+			history: func(h *history) {
+				h.create("a", "acme/shop", 41, "pod-a")
+				h.create("b", "acme/web", 7, "pod-b")
+				h.hold("a", 3)
+				h.status("b", buildlockv1.PhaseWaiting, buildlockv1.ReasonWaitingForHolder, 0, "")
+				h.personEditsLease(func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr.To("b/uid-b") })
+				h.grant("b", 3)
+			},
+			rules: []string{"fencing-token-increases"},
 		},
 		"a grant restored to its holder after the holder was deleted (a stale cache)": {
 			history: func(h *history) {

@@ -40,6 +40,19 @@ type restore struct {
 	rv  uint64
 }
 
+// follow is an operator version of a grant Lease that grants what a
+// person's edit named, with the token of the grant before it: the
+// documented residual of a person's edit (docs/api.md, "When someone
+// deletes or edits them"), right only if the claim that held that token
+// had ended, or gone, before it (judged at the end of the run, in etcd's
+// order): then nothing shows the token any more, and the edit looks like
+// another manager's grant.
+type follow struct {
+	e      Entry
+	holder types.UID // the grant before it, whose token it took
+	rv     uint64
+}
+
 // foreignLease is a Lease a person created under a grant Lease's name,
 // carrying nothing of buildlock's: the operator must never change it, and
 // no claim of its lock may hold while it exists.
@@ -67,6 +80,7 @@ type namespaceView struct {
 // the operator must follow it with a version of its own that undoes it.
 func (c *Checker) notePersonEdit(e Entry, lv *lockView, l *coordinationv1.Lease) {
 	c.stats.PersonLeaseEdits++
+	lv.personHolder, lv.personToken = e.identity, e.token
 	if lv.repair == nil {
 		lv.repair = &repairDue{e: e, what: "edited", since: c.realNow()}
 	}
@@ -102,6 +116,40 @@ func (c *Checker) noteRestore(e Entry, lv *lockView, l *coordinationv1.Lease, ho
 	if _, uid, ok := strings.Cut(holder, "/"); ok {
 		lv.restores = append(lv.restores, restore{e: e, uid: types.UID(uid), rv: parseRV(l.ResourceVersion)})
 	}
+}
+
+// noteFollowed records an operator version that grants what a person's
+// edit named (holder, with the token of the latest grant): not a new grant
+// with a new token, so it is judged at the end of the run (CheckRestores):
+// the claim granted that token before must have ended or gone by then.
+func (c *Checker) noteFollowed(e Entry, lv *lockView, l *coordinationv1.Lease, holder string, token int64) {
+	c.stats.FollowedEdits++
+	if token != lv.lastGrantToken {
+		c.noteGrant(e, lv, l, holder, token) // a raised token: judged as any grant
+		return
+	}
+	_, before, _ := strings.Cut(lv.lastGrantHolder, "/")
+	lv.follows = append(lv.follows, follow{e: e, holder: types.UID(before), rv: parseRV(l.ResourceVersion)})
+	var acquired time.Time
+	if l.Spec.AcquireTime != nil {
+		acquired = l.Spec.AcquireTime.Time
+	}
+	lv.grants[holderIdentityToken(holder, token)] = acquired
+	lv.grantRVs[holderIdentityToken(holder, token)] = parseRV(l.ResourceVersion)
+	lv.grants[holder] = acquired
+	lv.lastGrantHolder = holder
+}
+
+// followsEdit reports whether claim cv holds with token by an operator
+// version that granted what a person's edit named (judged by
+// CheckRestores).
+func followsEdit(lv *lockView, cv *claimView, token int64) bool {
+	for _, f := range lv.follows {
+		if f.e.identity == holderIdentity(cv.name, cv.uid) && f.e.token == token {
+			return true
+		}
+	}
+	return false
 }
 
 // liveClaims counts the claims of lock k that exist and have not ended.
@@ -159,6 +207,17 @@ func (c *Checker) CheckRestores() {
 			}
 		}
 		lv.restores = nil
+		for _, f := range lv.follows {
+			cv := c.claims[f.holder]
+			switch {
+			case cv == nil:
+			case cv.deleted && cv.deletedRV != 0 && cv.deletedRV < f.rv, cv.endRV != 0 && cv.endRV < f.rv:
+			default:
+				c.violate(f.e, "fencing-token-increases", "the grant Lease gave %s's token to %q (rv %d), as a person's edit named it, while %s still held: the edit must be undone",
+					cv.name, f.e.identity, f.rv, cv.name)
+			}
+		}
+		lv.follows = nil
 	}
 }
 
