@@ -1069,12 +1069,10 @@ func (c *Checker) observeLease(typ watch.EventType, l *coordinationv1.Lease) {
 // token so far, or names the latest grant's holder again (a restore); a
 // holder keeps its token; a freed Lease keeps its token floor.
 func (c *Checker) judgeTokens(e Entry, lv *lockView, l *coordinationv1.Lease, holder string, token int64) {
-	restore := holder != "" && holder == lv.lastGrantHolder && token == lv.lastGrantToken && (lv.leaseDeleted || holder != lv.leaseHolder)
-	followed := holder != "" && holder == lv.personHolder && token == lv.personToken && holder != lv.leaseHolder
 	switch {
-	case restore:
+	case lv.namesLatestGrantAgain(holder, token):
 		c.noteRestore(e, lv, l, holder)
-	case followed:
+	case lv.followsPerson(holder, token):
 		c.noteFollowed(e, lv, l, holder, token)
 	case holder != "" && (!lv.leaseSeen || lv.leaseDeleted || holder != lv.leaseHolder):
 		c.noteGrant(e, lv, l, holder, token)
@@ -1085,6 +1083,19 @@ func (c *Checker) judgeTokens(e Entry, lv *lockView, l *coordinationv1.Lease, ho
 	case holder == "" && e.Type == Relisted && token > lv.leaseMaxToken:
 		lv.gapTokens = append(lv.gapTokens, [2]int64{lv.leaseMaxToken + 1, token})
 	}
+}
+
+// namesLatestGrantAgain reports whether a version naming holder with
+// token names the latest grant again, after the Lease was deleted or
+// written away from it.
+func (lv *lockView) namesLatestGrantAgain(holder string, token int64) bool {
+	return holder != "" && holder == lv.lastGrantHolder && token == lv.lastGrantToken && (lv.leaseDeleted || holder != lv.leaseHolder)
+}
+
+// followsPerson reports whether a version naming holder with token grants
+// what the latest version a person wrote named.
+func (lv *lockView) followsPerson(holder string, token int64) bool {
+	return holder != "" && holder == lv.personHolder && token == lv.personToken && holder != lv.leaseHolder
 }
 
 // observeFloor follows a namespace's token floor: the highest token of the
