@@ -459,6 +459,29 @@ func TestCheckerAccepts(t *testing.T) {
 			b.Spec.Requester = &buildlockv1.Requester{Username: "system:serviceaccount:chaos-0:team-b"}
 			h.status("b", buildlockv1.PhaseSuperseded, buildlockv1.ReasonLineOwnedByOther, 0, "")
 		},
+		// Seen in a 2-minute run (seed 23): api's line joins just behind
+		// shop's; a newer build of shop's line, still Pending, is granted
+		// at its line's place (the build it supersedes is no longer
+		// Waiting when its Held status comes).
+		"Queue: a newer build of the line ahead granted straight from Pending at its line's place": func(h *history) {
+			h.setPolicy(buildlockv1.OrderingQueue, 0)
+			h.create("web", "acme/web", 7, "pod-web")
+			h.hold("web", 1)
+			h.create("api", "acme/api", 3, "pod-api")
+			h.create("shop-51", "acme/shop", 51, "pod-shop-51")
+			place := h.now
+			h.status("api", buildlockv1.PhaseWaiting, buildlockv1.ReasonQueued, 0, "", func(s *buildlockv1.BuildLockStatus) {
+				s.QueuedAt = &metav1.MicroTime{Time: place.Add(time.Microsecond)}
+			})
+			h.status("shop-51", buildlockv1.PhaseWaiting, buildlockv1.ReasonQueued, 0, "", func(s *buildlockv1.BuildLockStatus) { s.QueuedAt = &metav1.MicroTime{Time: place} })
+			h.later(time.Second)
+			h.create("shop-62", "acme/shop", 62, "pod-shop-62")
+			h.ledger.PodFinishing(ns, "pod-web", true)
+			h.grant("shop-62", 2)
+			h.status("web", buildlockv1.PhaseReleased, buildlockv1.ReasonPodFinished, 0, "")
+			h.status("shop-51", buildlockv1.PhaseSuperseded, buildlockv1.ReasonSupersededByNewerBuild, 0, "shop-62")
+			h.status("shop-62", buildlockv1.PhaseHeld, buildlockv1.ReasonAcquired, 2, "")
+		},
 		"a correct hand-off, a supersession, deletions by the TTL and the owner, and a freed Lease": func(h *history) {
 			handOff(h)
 			h.create("c", "acme/shop", 40, "pod-c")

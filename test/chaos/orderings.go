@@ -597,6 +597,7 @@ func (c *Checker) countHandOff(e Entry, lv *lockView, g, prev *claimView, now ti
 	}
 	waiters := c.waiting(g.lock)
 	grantRV := lv.grantRVs[holderIdentityToken(holderIdentity(g.name, g.uid), g.status.FencingToken)]
+	granted := c.grantedPlace(g, prev, buildlockv1.OrderingQueue)
 	for l, f := range lv.fair {
 		if l == lineOf(g.spec) {
 			delete(lv.fair, l)
@@ -610,7 +611,7 @@ func (c *Checker) countHandOff(e Entry, lv *lockView, g, prev *claimView, now ti
 			delete(lv.fair, l) // it left the queue; a later build joins anew
 			continue
 		}
-		f.ahead = max(f.ahead, f.others+linesAhead(l, f.q, waiters, g, prev))
+		f.ahead = max(f.ahead, f.others+linesAhead(l, f.q, waiters, g, granted))
 		f.others++
 		if f.others > f.ahead {
 			c.violate(e, "queue-fairness", "%s (%s) joined the queue with %d lines ahead and still waits after %d hand-offs to other lines (this one to %s)",
@@ -632,17 +633,18 @@ func (c *Checker) stillWaits(lv *lockView, l line, waiters []*claimView, now tim
 }
 
 // linesAhead counts the other lines than l with a place before q: those
-// waiting, and the one just granted (g, which waited with prev's place).
-// It catches lines ahead that the checker saw Waiting only after l joined
-// (written later in the decision that placed them).
-func linesAhead(l line, q time.Time, waiters []*claimView, g, prev *claimView) int {
+// waiting, and the one just granted (g, at place granted: its own, or its
+// line's earliest, which a newer build of the line takes even straight
+// from Pending). It catches lines ahead that the checker saw Waiting only
+// after l joined (written later in the decision that placed them).
+func linesAhead(l line, q time.Time, waiters []*claimView, g *claimView, granted time.Time) int {
 	ahead := map[line]bool{}
 	for _, w := range waiters {
 		if lineOf(w.spec) != l && !w.queuedAt().IsZero() && w.queuedAt().Before(q) {
 			ahead[lineOf(w.spec)] = true
 		}
 	}
-	if lineOf(g.spec) != l && prev != nil && !prev.queuedAt().IsZero() && prev.queuedAt().Before(q) {
+	if lineOf(g.spec) != l && !granted.IsZero() && granted.Before(q) {
 		ahead[lineOf(g.spec)] = true
 	}
 	return len(ahead)
