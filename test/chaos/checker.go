@@ -1129,6 +1129,20 @@ func (c *Checker) noteGrant(e Entry, lv *lockView, l *coordinationv1.Lease, hold
 	if e.Type == Relisted && token > lv.leaseMaxToken+1 {
 		lv.gapTokens = append(lv.gapTokens, [2]int64{lv.leaseMaxToken + 1, token - 1})
 	}
+	acquired := recordGrant(lv, l, holder, token)
+	lv.lastGrantToken = token
+	c.stats.Grants++
+	if _, uid, ok := strings.Cut(holder, "/"); ok {
+		if cv := c.claims[types.UID(uid)]; cv != nil && !acquired.IsZero() {
+			c.rememberHeld(lv, cv, acquired)
+		}
+	}
+}
+
+// recordGrant records that version l of lock lv's Lease granted holder
+// token (and makes it the latest grant), and returns the grant's acquire
+// time.
+func recordGrant(lv *lockView, l *coordinationv1.Lease, holder string, token int64) time.Time {
 	var acquired time.Time
 	if l.Spec.AcquireTime != nil {
 		acquired = l.Spec.AcquireTime.Time
@@ -1136,13 +1150,8 @@ func (c *Checker) noteGrant(e Entry, lv *lockView, l *coordinationv1.Lease, hold
 	lv.grants[holderIdentityToken(holder, token)] = acquired
 	lv.grantRVs[holderIdentityToken(holder, token)] = parseRV(l.ResourceVersion)
 	lv.grants[holder] = acquired
-	lv.lastGrantHolder, lv.lastGrantToken = holder, token
-	c.stats.Grants++
-	if _, uid, ok := strings.Cut(holder, "/"); ok {
-		if cv := c.claims[types.UID(uid)]; cv != nil && !acquired.IsZero() {
-			c.rememberHeld(lv, cv, acquired)
-		}
-	}
+	lv.lastGrantHolder = holder
+	return acquired
 }
 
 // checkLeaseDeletion: the operator deletes a grant Lease only when it

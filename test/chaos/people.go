@@ -130,14 +130,7 @@ func (c *Checker) noteFollowed(e Entry, lv *lockView, l *coordinationv1.Lease, h
 	}
 	_, before, _ := strings.Cut(lv.lastGrantHolder, "/")
 	lv.follows = append(lv.follows, follow{e: e, holder: types.UID(before), rv: parseRV(l.ResourceVersion)})
-	var acquired time.Time
-	if l.Spec.AcquireTime != nil {
-		acquired = l.Spec.AcquireTime.Time
-	}
-	lv.grants[holderIdentityToken(holder, token)] = acquired
-	lv.grantRVs[holderIdentityToken(holder, token)] = parseRV(l.ResourceVersion)
-	lv.grants[holder] = acquired
-	lv.lastGrantHolder = holder
+	recordGrant(lv, l, holder, token)
 }
 
 // followsEdit reports whether claim cv holds with token by an operator
