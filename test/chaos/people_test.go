@@ -291,8 +291,9 @@ func (p *people) deleteGrantLease(ctx context.Context) bool {
 		return false
 	}
 	p.h.ledger.PersonDeletesLease(l)
-	p.note("delete grant Lease", p.admin.Delete(ctx, l, client.Preconditions{UID: &l.UID, ResourceVersion: &l.ResourceVersion}))
-	return true
+	err := p.admin.Delete(ctx, l, client.Preconditions{UID: &l.UID, ResourceVersion: &l.ResourceVersion})
+	p.note("delete grant Lease", err)
+	return err == nil // a conflict: the Lease moved on meanwhile; try again
 }
 
 // edit updates a held lock's grant Lease as a person would (kubectl edit:
@@ -304,8 +305,9 @@ func (p *people) edit(ctx context.Context, c client.Client, kind string, k LockK
 		return false
 	}
 	p.h.ledger.PersonWritesLease(l)
-	p.note(kind, c.Update(ctx, l))
-	return true
+	err := c.Update(ctx, l)
+	p.note(kind, err)
+	return err == nil // a conflict: the Lease moved on meanwhile; try again
 }
 
 // editHeld is edit, as the administrator, of a lock of the workload whose
@@ -605,8 +607,9 @@ func (p *people) finalized(ctx context.Context) bool {
 // lines, one after another (each claims, is granted, and is deleted once
 // the next one waits behind it), while a victim line (a person's) holds now
 // and then. The victim's memory must survive: the checker's
-// line-memory-kept rule judges every version of the Lease, and at the end a
-// lower build of the victim's line must not deploy (no-rollback).
+// line-memory-kept rule judges every version of the Lease, and after each
+// hold of the victim line, and at the end, a build of it below its latest
+// must not deploy (no-rollback).
 func (p *people) floodLines(ctx context.Context) {
 	ns, target := p.floodNS, p.floodTarget
 	lines := 70 // more than the 64 records that flushed a line's memory before issue 21
@@ -661,6 +664,14 @@ func (p *people) floodLines(ctx context.Context) {
 	began := time.Now()
 	held := 0
 	victim := int64(100)
+	late := newCounters() // what became of the victim's lower builds
+	probes := 0
+	probe := func() {
+		probes++
+		if phase, ok := claim(p.admin, fmt.Sprintf("victim-%d-late-%d", victim-1, probes), "victim/app", victim-1); ok {
+			late.add(string(phase), 1)
+		}
+	}
 	claim(p.admin, fmt.Sprintf("victim-%d", victim), "victim/app", victim)
 	for i := 0; i < lines && ctx.Err() == nil; i++ {
 		if phase, ok := claim(p.flood, fmt.Sprintf("flood-%d", i), fmt.Sprintf("flood/l-%d", i), 1); ok && phase == buildlockv1.PhaseHeld {
@@ -669,23 +680,19 @@ func (p *people) floodLines(ctx context.Context) {
 		if i%20 == 19 {
 			victim++ // the victim line deploys now and then
 			claim(p.admin, fmt.Sprintf("victim-%d", victim), "victim/app", victim)
+			probe()
 		}
 	}
-	var late buildlockv1.Phase
 	if ctx.Err() == nil {
 		// Judged even if the run ends meanwhile: a grant would show within
 		// seconds.
 		ctx = context.WithoutCancel(ctx)
-		late, _ = claim(p.admin, fmt.Sprintf("victim-%d-late", victim-1), "victim/app", victim-1)
+		probe()
 	}
 	if prev != nil {
 		p.h.ledger.RequestDelete(ns, prev.name)
 		_ = client.IgnoreNotFound(prev.c.Delete(context.WithoutCancel(ctx), &buildlockv1.BuildLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: prev.name}}))
 	}
-	if late == "" {
-		p.figure("flood: %d of %d fake lines of %s held in %s, before the run ended", held, lines, floodAccount, time.Since(began).Round(time.Millisecond))
-		return
-	}
-	p.figure("flood: %d of %d fake lines of %s held in %s; then build %d of the victim line, below its build %d that held: %s",
-		held, lines, floodAccount, time.Since(began).Round(time.Millisecond), victim-1, victim, late)
+	p.figure("flood: %d of %d fake lines of %s held in %s; the victim line's builds below its latest that held, claimed after each of its holds: %s",
+		held, lines, floodAccount, time.Since(began).Round(time.Millisecond), late)
 }
