@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	"strings"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -43,4 +44,15 @@ func GrantHolderIdentity(name string, uid types.UID) string {
 func ParseGrantHolder(identity string) (name string, uid types.UID) {
 	name, u, _ := strings.Cut(identity, "/")
 	return name, types.UID(u)
+}
+
+// GrantToken is the fencing token a grant Lease records (its
+// spec.leaseTransitions): the token of the latest grant of the lock, 0 when
+// the Lease records none. The namespace's token floor Lease records the
+// highest token of the grant Leases deleted there the same way.
+func GrantToken(lease *coordinationv1.Lease) int64 {
+	if lease == nil || lease.Spec.LeaseTransitions == nil {
+		return 0
+	}
+	return int64(*lease.Spec.LeaseTransitions)
 }

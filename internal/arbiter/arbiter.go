@@ -37,15 +37,13 @@ const (
 	// MaxQuotedLength is the most characters of free text (a force-release
 	// reason) that a message quotes.
 	MaxQuotedLength = 320
+	// DefaultGrantRetention is how long a grant record remembers the build
+	// of a line that held the lock when Policy.LineMemory is not positive.
+	DefaultGrantRetention = 24 * time.Hour
+	// DefaultMaxBuildJump is how far above its line's highest remembered
+	// build a claim may go when Policy.MaxBuildJump is not positive.
+	DefaultMaxBuildJump = 1000
 )
-
-// DefaultLineMemory is how long a grant record remembers the build of a line
-// that held the lock when Policy.LineMemory is not positive.
-const DefaultLineMemory = 24 * time.Hour
-
-// DefaultMaxBuildJump is how far above its line's highest remembered build
-// a claim may go when Policy.MaxBuildJump is not positive.
-const DefaultMaxBuildJump = 1000
 
 // LineMemoryBytes bounds Grant.Lines by the sizes of its records
 // (LineRecord.Size): a new line is recorded only while they stay within it.
@@ -613,12 +611,12 @@ func (d *decider) decision() Decision {
 	case d.newHolder != none:
 		c := d.claims[d.newHolder]
 		out.Grant = Grant{Holder: c.Name, HolderUID: c.UID, Token: d.maxToken() + 1, AcquiredAt: d.now,
-			Lines: d.recordLine(c), Ended: d.ended, Writer: c.Writer, Floor: floor}
+			Lines: d.recordLine(c), Ended: d.endedHold(), Writer: c.Writer, Floor: floor}
 		out.GrantChanged = true
 	case d.grant.Holder != "":
 		// The holder ended or vanished and nobody takes over: free the lock,
 		// keeping the token floor and the memory of the lines.
-		out.Grant = Grant{Token: d.maxToken(), Lines: d.recordLine(nil), Ended: d.ended, Floor: floor}
+		out.Grant = Grant{Token: d.maxToken(), Lines: d.recordLine(nil), Ended: d.endedHold(), Floor: floor}
 		out.GrantChanged = true
 	case d.grant.Absent:
 		// No record, and nobody holds: write one only to keep the memory of
@@ -654,6 +652,22 @@ func (d *decider) decision() Decision {
 	}
 	out.Verdicts = d.writeOrder()
 	return out
+}
+
+// endedHold is how the input grant's hold ended when this decision moves
+// the grant: as decided (d.ended), or, when the claim the grant named is
+// not among the claims at all, Released with reason Deleted (a claim that
+// is gone never comes back with its UID). Recording the vanished holder's
+// end keeps rule 11 from taking a stale picture of it, still shown Held,
+// for a hold that goes on.
+func (d *decider) endedHold() Ending {
+	if d.ended.Name != "" || d.granted != none || d.grant.Holder == "" {
+		return d.ended
+	}
+	if slices.ContainsFunc(d.claims, func(c *Claim) bool { return d.grant.names(c) }) {
+		return d.ended // a terminal claim: its status says how it ended
+	}
+	return Ending{Name: d.grant.Holder, UID: d.grant.HolderUID, Phase: Released, Reason: ReasonDeleted, At: d.now}
 }
 
 // maxToken is the highest fencing token known (rule 6): the record's, its

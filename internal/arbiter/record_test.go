@@ -352,3 +352,40 @@ func TestTheTimestampSkewIsThePolicys(t *testing.T) {
 		t.Errorf("the skew does not decide which claim is newer")
 	}
 }
+
+// TestAStalePictureOfADeletedHolderIsNotRestored is the short chaos run's
+// finding (seed 1, after issue 21's merge): a manager frees the lock of a
+// holder whose claim was deleted; a second manager, whose claims cache still
+// shows that claim Held, took the freed record for one edited to name
+// nobody and restored the deleted hold with its token (rule 11). The freed
+// record now records the vanished holder's end, so that a stale picture of
+// it is recognized as over.
+func TestAStalePictureOfADeletedHolderIsNotRestored(t *testing.T) {
+	holder := heldSince(web5, 1, 30)
+	grant := Grant{Holder: "web-5", HolderUID: "uid-web-5", Token: 1, AcquiredAt: at(30),
+		Lines: []LineRecord{{Repo: "acme/web", Branch: "main", Build: 5, HeldAt: at(30)}}}
+
+	freed := Decide(staging, nil, grant, at(40), Policy{})
+	if !freed.GrantChanged || freed.Grant.Holder != "" {
+		t.Fatalf("the lock of a deleted holder must be freed, got %s", freed)
+	}
+	if e := freed.Grant.Ended; e.Name != "web-5" || e.UID != "uid-web-5" || e.Phase != Released || e.Reason != ReasonDeleted {
+		t.Fatalf("the freed record must record the deleted holder's end, got %+v", e)
+	}
+
+	stale := Decide(staging, []Claim{holder}, freed.Grant, at(41), Policy{})
+	if stale.Repair != "" || stale.Grant.Holder != "" || stale.Grant.Token != 1 {
+		t.Fatalf("a stale picture of the deleted holder must not restore its hold, got %s", stale)
+	}
+	if v := verdictOf(stale, "web-5"); v.Phase != Released || v.Reason != ReasonDeleted {
+		t.Errorf("the stale picture of the holder ends as the record says, got %s %s", v.Phase, v.Reason)
+	}
+
+	// The same when a waiter takes over: the new record names the
+	// deleted holder's end too.
+	waiter := waiting(shop42)
+	handedOn := Decide(staging, []Claim{waiter}, grant, at(40), Policy{})
+	if e := handedOn.Grant.Ended; handedOn.Grant.Holder != "shop-42" || e.Name != "web-5" || e.Reason != ReasonDeleted {
+		t.Fatalf("a hand-off from a deleted holder must record its end, got %s", handedOn)
+	}
+}
