@@ -416,7 +416,8 @@ func (d *deployer) activities() []Activity {
 // less than the window after the checker saw that version, else admission
 // let a non-holder write later than the window. A pod no version named
 // before the write is a violation, unless the Lease watch was re-listed
-// meanwhile (the naming version may be the one it missed).
+// before it, or re-listed right after the last version seen before it
+// (the naming version may be one it missed).
 //
 // The window measured, per move of the grant away from a pod that then
 // tried to write: from when the checker saw the move to the reply of the
@@ -476,7 +477,9 @@ func (d *deployer) judge(c *Checker) string {
 				j--
 			}
 			if j < 0 {
-				if i >= 0 && slices.ContainsFunc(hist[:i+1], func(g grantVersion) bool { return g.relisted }) {
+				// The versions missed are those before a re-listed one:
+				// any before the write, or the gap the write falls in.
+				if i >= 0 && slices.ContainsFunc(hist[:i+1], func(g grantVersion) bool { return g.relisted }) || i+1 < len(hist) && hist[i+1].relisted {
 					counts.add("admitted, holder unseen (Lease re-listed)", 1)
 					continue
 				}
@@ -562,6 +565,10 @@ func TestDeployerJudge(t *testing.T) {
 		"a pod the grant may have named while the Lease watch was down": {
 			writes: []deployWrite{admitted("c", 1500, 24)},
 			grants: []grantVersion{{rv: 10, at: at(0), pod: "a"}, {rv: 20, at: at(1000), pod: "b", relisted: true}}, want: 0,
+		},
+		"a pod the grant may have named in the gap a later re-list closed": {
+			writes: []deployWrite{admitted("c", 1500, 24)},
+			grants: []grantVersion{{rv: 10, at: at(0), pod: "a"}, {rv: 20, at: at(1000), pod: "b"}, {rv: 40, at: at(9000), pod: "d", relisted: true}}, want: 0,
 		},
 		"a refused old holder": {
 			writes: []deployWrite{{lock: k, pod: "a", kind: "old holder", sent: at(1200), done: at(1210), refused: true}}, want: 0, figures: "over 1 moves",

@@ -189,8 +189,8 @@ func (p *people) figure(format string, args ...any) {
 
 // run plays the people until ctx ends: each behavior once early (so that
 // the short run has them all: one that finds nothing to act on, say no
-// lock held, is tried again next time), then at random, one every half to
-// whole of every. The flood runs on its own.
+// lock held, is tried again after the others), then at random, one every
+// half to whole of every. The flood runs on its own.
 func (p *people) run(ctx context.Context, every time.Duration) {
 	p.wg.Go(func() { p.floodLines(ctx) })
 	firsts := []func(context.Context) bool{
@@ -219,10 +219,16 @@ func (p *people) run(ctx context.Context, every time.Duration) {
 	if !sleep(2*time.Second, 3*time.Second) {
 		return
 	}
-	for tries := 0; ctx.Err() == nil; tries++ {
+	tries := make([]int, len(firsts))
+	for next := 0; ctx.Err() == nil; {
 		if len(firsts) > 0 {
-			if firsts[0](ctx) || tries == 20 {
-				firsts, tries = firsts[1:], 0
+			// One that finds nothing to act on waits behind the others,
+			// and is given up after 20 tries.
+			next %= len(firsts)
+			if tries[next]++; firsts[next](ctx) || tries[next] == 20 {
+				firsts, tries = slices.Delete(firsts, next, next+1), slices.Delete(tries, next, next+1)
+			} else {
+				next++
 			}
 		} else {
 			n := p.rng.IntN(total)

@@ -196,10 +196,11 @@ func TestStaleRenewalKeepsHolder(t *testing.T) {
 // from the claims, and here the claims are stale: the Lease's token did not
 // change when it was freed, so the compare-and-swap cannot catch it.
 //
-// Bug 7 of docs/reliability.md, seen in the short chaos runs of issue 21
-// (seed 1, twice in four runs): the grant Lease named a claim deleted a
-// second or two before, with its token, for a few hundred milliseconds;
-// with enforcement on, the Lease admits that claim's pod again.
+// Bug 7 of docs/reliability.md (fixed in edbfc08), seen in the short chaos
+// runs of issue 21 (seed 1, twice in four runs): the grant Lease named a
+// claim deleted a second or two before, with its token, for a few hundred
+// milliseconds; with enforcement on, the Lease admits that claim's pod
+// again.
 func TestStaleClaimsCacheDoesNotRestoreAnEndedHold(t *testing.T) {
 	cfg, c := regressionTest(t)
 	ctx, cancel := context.WithCancel(context.Background())
