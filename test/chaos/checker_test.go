@@ -733,6 +733,15 @@ func TestCheckerReports(t *testing.T) {
 			},
 			rules: []string{"grant-record"},
 		},
+		"a writer pod kept on the Lease of a holder that has no pod": {
+			history: func(h *history) {
+				h.create("a", "acme/shop", 41, "")
+				h.lease = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: LeasePrefix + "env-0", UID: "l",
+					Annotations: map[string]string{WriterPodAnnotation: "0000dead-5b1d-4c6e-9a0b-2f9d3c4e5a6b"}}}
+				h.hold("a", 1)
+			},
+			rules: []string{"grant-record"},
+		},
 		"a line's memory dropped within the retention": {
 			history: func(h *history) {
 				h.remember("acme/shop", 42, h.now)

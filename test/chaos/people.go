@@ -214,10 +214,11 @@ func (c *Checker) CheckRestores() {
 	}
 }
 
-// checkWriter: an operator version that names a holder with a pod (by
-// UID) admits only that pod's writes into an enforced target (when it says
-// who may write at all). A writer annotation a person changed must not
-// survive the operator's next write.
+// checkWriter: an operator version that names a holder admits into an
+// enforced target only the writes of that holder's pod (its own, by UID,
+// else its requester's), or of no pod when it has neither. A writer
+// annotation a person changed or added must not survive the operator's
+// next write.
 func (c *Checker) checkWriter(e Entry, l *coordinationv1.Lease, holder string) {
 	writer := l.Annotations[WriterPodAnnotation]
 	_, uid, ok := strings.Cut(holder, "/")
@@ -225,10 +226,24 @@ func (c *Checker) checkWriter(e Entry, l *coordinationv1.Lease, holder string) {
 		return
 	}
 	cv := c.claims[types.UID(uid)]
-	if cv == nil || cv.spec.PodRef == nil || cv.spec.PodRef.UID == "" || cv.spec.PodRef.UID == writer {
+	if cv == nil {
 		return
 	}
-	c.violate(e, "grant-record", "the grant Lease names %s, whose pod is %s, but admits the writes of pod %s", cv.name, cv.spec.PodRef.UID, writer)
+	var pod string // the holder's writer pod, as the operator derives it
+	switch r := cv.spec.Requester; {
+	case cv.spec.PodRef != nil:
+		pod = cv.spec.PodRef.UID
+	case r != nil:
+		pod = r.PodUID
+	}
+	if pod == writer || cv.spec.PodRef != nil && pod == "" {
+		return // a pod by name only: its UID is not known here
+	}
+	if pod == "" {
+		c.violate(e, "grant-record", "the grant Lease names %s, which has no pod, but admits the writes of pod %s", cv.name, writer)
+		return
+	}
+	c.violate(e, "grant-record", "the grant Lease names %s, whose pod is %s, but admits the writes of pod %s", cv.name, pod, writer)
 }
 
 // checkMemoryKept: a line record that an operator version of the grant

@@ -189,13 +189,23 @@ func (p *people) figure(format string, args ...any) {
 
 // run plays the people until ctx ends: each behavior once early (so that
 // the short run has them all: one that finds nothing to act on, say no
-// lock held, is tried again after the others), then at random, one every
-// half to whole of every. The flood runs on its own.
+// lock held, is tried again a moment later, after the others), then at
+// random, one every half to whole of every. The flood runs on its own. The
+// figures name the behaviors that never acted.
 func (p *people) run(ctx context.Context, every time.Duration) {
 	p.wg.Go(func() { p.floodLines(ctx) })
-	firsts := []func(context.Context) bool{
-		p.deleteGrantLease, p.editHolder, p.finalized, p.editToken, p.pipelineConsent, p.editWriter,
-		p.aliceWrites, p.foreignLease, p.consent, p.deleteTokenFloor, p.editHolder, p.finalized,
+	type kind struct {
+		name  string
+		do    func(context.Context) bool
+		tries int
+	}
+	firsts := []kind{
+		{name: "delete grant Lease", do: p.deleteGrantLease}, {name: "edit the holder", do: p.editHolder},
+		{name: "a finalizer", do: p.finalized}, {name: "edit the token", do: p.editToken},
+		{name: "a pipeline changes consent", do: p.pipelineConsent}, {name: "edit the writer", do: p.editWriter},
+		{name: "alice", do: p.aliceWrites}, {name: "a Lease of somebody else's", do: p.foreignLease},
+		{name: "consent withdrawn and given", do: p.consent}, {name: "delete the token floor", do: p.deleteTokenFloor},
+		{name: "edit the holder", do: p.editHolder}, {name: "a finalizer", do: p.finalized},
 	}
 	ops := []struct {
 		weight int
@@ -216,18 +226,30 @@ func (p *people) run(ctx context.Context, every time.Duration) {
 			return true
 		}
 	}
+	var given []kind // up after 40 tries
+	defer func() {
+		for _, k := range append(given, firsts...) {
+			p.figure("people: %s never done (%d tries found nothing to act on)", k.name, k.tries)
+		}
+	}()
 	if !sleep(2*time.Second, 3*time.Second) {
 		return
 	}
-	tries := make([]int, len(firsts))
 	for next := 0; ctx.Err() == nil; {
+		acted := true
 		if len(firsts) > 0 {
-			// One that finds nothing to act on waits behind the others,
-			// and is given up after 20 tries.
+			// One that finds nothing to act on is tried again soon, after
+			// the others, and given up after 40 tries.
 			next %= len(firsts)
-			if tries[next]++; firsts[next](ctx) || tries[next] == 20 {
-				firsts, tries = slices.Delete(firsts, next, next+1), slices.Delete(tries, next, next+1)
-			} else {
+			k := &firsts[next]
+			k.tries++
+			switch acted = k.do(ctx); {
+			case acted:
+				firsts = slices.Delete(firsts, next, next+1)
+			case k.tries == 40:
+				given = append(given, *k)
+				firsts = slices.Delete(firsts, next, next+1)
+			default:
 				next++
 			}
 		} else {
@@ -240,7 +262,11 @@ func (p *people) run(ctx context.Context, every time.Duration) {
 				n -= o.weight
 			}
 		}
-		if !sleep(every/2, every) {
+		lo, hi := every/2, every
+		if !acted {
+			lo, hi = 200*time.Millisecond, 400*time.Millisecond
+		}
+		if !sleep(lo, hi) {
 			break
 		}
 	}
@@ -362,9 +388,9 @@ func (p *people) editToken(ctx context.Context) bool {
 	})
 }
 
-// editWriter: a person writes another pod into an enforced lock's writer
-// annotation: a waiter's, so that admission lets it write until the
-// operator undoes it.
+// editWriter: a person writes another pod into a held enforced lock's
+// writer annotation (or adds it, when the holder has no pod): a waiter's,
+// so that admission lets it write until the operator undoes it.
 func (p *people) editWriter(ctx context.Context) bool {
 	if p.dep == nil {
 		return false
@@ -377,8 +403,11 @@ func (p *people) editWriter(ctx context.Context) bool {
 		}
 	}
 	return p.edit(ctx, p.admin, "edit grant Lease writer", k, func(l *coordinationv1.Lease) bool {
-		if l.Annotations[WriterPodAnnotation] == "" || l.Spec.HolderIdentity == nil {
-			return false // nothing to overwrite: nobody holds
+		if l.Spec.HolderIdentity == nil {
+			return false // nobody holds
+		}
+		if l.Annotations == nil {
+			l.Annotations = map[string]string{}
 		}
 		l.Annotations[WriterPodAnnotation] = pod
 		return true
