@@ -135,23 +135,12 @@ func (h *harness) chaos(ctx context.Context, actors ...func(context.Context)) {
 	first[1], first[4] = first[4], first[1]
 	rng.Shuffle(len(first)-2, func(i, j int) { first[2+i], first[2+j] = first[2+j], first[2+i] })
 	kinds = append(kinds, episode{"calm", 12, func(context.Context) { sleep(time.Second, 3*time.Second) }})
-	total := 0
-	for _, k := range kinds {
-		total += k.weight
-	}
 	for i := 0; i < len(first) || time.Now().Before(deadline); i++ {
 		var k episode
 		if i < len(first) {
 			k = kinds[first[i]]
 		} else {
-			n := rng.IntN(total)
-			for _, c := range kinds {
-				if n < c.weight {
-					k = c
-					break
-				}
-				n -= c.weight
-			}
+			k = pick(rng, kinds, func(e episode) int { return e.weight })
 		}
 		episodes.add(k.name, 1)
 		began := time.Now()

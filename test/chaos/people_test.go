@@ -207,16 +207,13 @@ func (p *people) run(ctx context.Context, every time.Duration) {
 		{name: "consent withdrawn and given", do: p.consent}, {name: "delete the token floor", do: p.deleteTokenFloor},
 		{name: "edit the holder", do: p.editHolder}, {name: "a finalizer", do: p.finalized},
 	}
-	ops := []struct {
+	type op struct {
 		weight int
 		do     func(context.Context) bool
-	}{
+	}
+	ops := []op{
 		{3, p.deleteGrantLease}, {3, p.editHolder}, {2, p.editToken}, {2, p.editWriter}, {1, p.deleteTokenFloor},
 		{2, p.aliceWrites}, {2, p.pipelineConsent}, {1, p.consent}, {1, p.foreignLease}, {3, p.finalized},
-	}
-	total := 0
-	for _, o := range ops {
-		total += o.weight
 	}
 	sleep := func(lo, hi time.Duration) bool {
 		select {
@@ -253,14 +250,7 @@ func (p *people) run(ctx context.Context, every time.Duration) {
 				next++
 			}
 		} else {
-			n := p.rng.IntN(total)
-			for _, o := range ops {
-				if n < o.weight {
-					o.do(ctx)
-					break
-				}
-				n -= o.weight
-			}
+			pick(p.rng, ops, func(o op) int { return o.weight }).do(ctx)
 		}
 		lo, hi := every/2, every
 		if !acted {

@@ -223,18 +223,24 @@ func (w *workload) step(ctx context.Context) {
 		{1, w.arriveThrowaway},
 		{1, w.switchOrdering},
 	}
+	pick(w.rng, ops, func(o op) int { return o.weight }).do(ctx)
+}
+
+// pick draws one of items at random, each as likely as its weight (one
+// draw from rng).
+func pick[T any](rng *rand.Rand, items []T, weight func(T) int) T {
 	total := 0
-	for _, o := range ops {
-		total += o.weight
+	for _, it := range items {
+		total += weight(it)
 	}
-	n := w.rng.IntN(total)
-	for _, o := range ops {
-		if n < o.weight {
-			o.do(ctx)
-			return
+	n := rng.IntN(total)
+	for _, it := range items {
+		if n < weight(it) {
+			return it
 		}
-		n -= o.weight
+		n -= weight(it)
 	}
+	return items[len(items)-1]
 }
 
 func (w *workload) note(kind string, err error) {
