@@ -281,6 +281,7 @@ type Rollback struct {
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:XValidation:rule=`self.matches(r'\S')`,message="spec.rollback.reason must say why the build rolls back (an incident, a ticket): it is blank"
 	// +kubebuilder:validation:XValidation:rule=`!self.matches(r'[\x{0000}-\x{001f}\x{007f}-\x{009f}\x{202a}-\x{202e}\x{2066}-\x{2069}]')`,message="spec.rollback.reason must not contain control characters (newlines, tabs, escape sequences) or Unicode bidirectional overrides"
 	Reason string `json:"reason"`
 }

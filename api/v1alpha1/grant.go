@@ -2,8 +2,8 @@ package v1alpha1
 
 import (
 	"strings"
+	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -46,13 +46,15 @@ func ParseGrantHolder(identity string) (name string, uid types.UID) {
 	return name, types.UID(u)
 }
 
+// +kubebuilder:object:generate=false
+
 // AuditEntry is one entry of a grant Lease's AuditAnnotation: a notable
 // event of the lock, kept after its claim is gone.
 type AuditEntry struct {
 	// Kind is AuditForceRelease, AuditRollback or AuditOverride.
 	Kind string `json:"kind"`
 	// At is when the operator recorded it.
-	At metav1.Time `json:"at"`
+	At time.Time `json:"at"`
 	// Name is the BuildLock concerned; Repo, Branch, Workflow and Build its
 	// build; Token the fencing token of its hold.
 	Name     string `json:"name"`

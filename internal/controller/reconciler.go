@@ -634,9 +634,12 @@ func (r *LockReconciler) applyStatuses(ctx context.Context, obs observation, d a
 		log.Info("Updated claim", "buildLock", bl.Name, "from", v.From, "phase", v.Phase, "reason", v.Reason, "fencingToken", status.FencingToken)
 		if v.From != v.Phase {
 			if recordsEvent(v.Phase) {
-				r.Recorder.Eventf(bl, nil, eventType(v.Phase), eventReason(v.Phase), string(v.Phase), "%s", truncate(v.Message, maxEventNoteLength))
+				r.Recorder.Eventf(bl, nil, eventType(v.Phase), eventReason(bl, v.Phase), string(v.Phase), "%s", truncate(v.Message, maxEventNoteLength))
 			}
 			r.Metrics.observeTransition(bl, v, now)
+			if v.Phase == arbiter.Held && bl.Spec.Rollback != nil {
+				r.Metrics.observeRollback(verifiedRequester(bl, obs.verifiedSince))
+			}
 		}
 	}
 	return nil
@@ -726,11 +729,18 @@ func recordsEvent(p arbiter.Phase) bool {
 	return p == arbiter.Held || p == arbiter.Released || p == arbiter.Expired
 }
 
-// eventReason names the transition for `kubectl get events`: Acquired,
-// Released or Expired.
-func eventReason(p arbiter.Phase) string {
-	if p == arbiter.Held {
+// eventReason names claim bl's transition to p for `kubectl get events`:
+// Acquired (RolledBack for a rollback), Released or Expired.
+func eventReason(bl *buildlockv1.BuildLock, p arbiter.Phase) string {
+	switch {
+	case p == arbiter.Held && bl.Spec.Rollback != nil:
+		return eventRolledBack
+	case p == arbiter.Held:
 		return buildlockv1.ReasonAcquired
 	}
 	return string(p)
 }
+
+// eventRolledBack is the reason of the event of a rollback's grant: its
+// note says which build of which line, with the rollback's reason.
+const eventRolledBack = "RolledBack"

@@ -55,14 +55,25 @@ func desiredStatus(bl *buildlockv1.BuildLock, v arbiter.Verdict, d arbiter.Decis
 	if v.Phase == arbiter.Held {
 		acquired = metav1.ConditionTrue
 	}
-	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
-		Type:               buildlockv1.ConditionAcquired,
-		Status:             acquired,
-		Reason:             v.Reason,
-		Message:            message,
-		ObservedGeneration: bl.Generation,
-		LastTransitionTime: metav1.NewTime(now.Truncate(time.Second)),
-	})
+	// Decided: the claim holds or has ended, so that one `kubectl wait`
+	// returns on either outcome.
+	decided := metav1.ConditionFalse
+	if v.Phase == arbiter.Held || v.Phase.IsTerminal() {
+		decided = metav1.ConditionTrue
+	}
+	for _, c := range []struct {
+		typ    string
+		status metav1.ConditionStatus
+	}{{buildlockv1.ConditionAcquired, acquired}, {buildlockv1.ConditionDecided, decided}} {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+			Type:               c.typ,
+			Status:             c.status,
+			Reason:             v.Reason,
+			Message:            message,
+			ObservedGeneration: bl.Generation,
+			LastTransitionTime: metav1.NewTime(now.Truncate(time.Second)),
+		})
+	}
 	return st, !equality.Semantic.DeepEqual(st, bl.Status)
 }
 
