@@ -7,8 +7,8 @@ package lock
 // needs it and stops in TestMain.
 
 import (
-	"encoding/json"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"

@@ -170,7 +170,7 @@ func claimSummaryOf(bl *buildlockv1.BuildLock) ClaimSummary {
 	c := ClaimSummary{
 		Name: bl.Name, Repo: bl.Spec.Repo, Branch: bl.Spec.Branch, Workflow: bl.Spec.Workflow, Build: bl.Spec.Build, RunID: RunIDOf(bl),
 		Rollback: bl.Spec.Rollback,
-		Phase: phaseOf(bl), Reason: bl.Status.Reason, Message: bl.Status.Message,
+		Phase:    phaseOf(bl), Reason: bl.Status.Reason, Message: bl.Status.Message,
 		FencingToken: bl.Status.FencingToken, Created: bl.CreationTimestamp,
 		AcquiredAt: bl.Status.AcquiredAt, ExpiresAt: bl.Status.ExpiresAt, QueuedAt: bl.Status.QueuedAt,
 		SupersededBy: bl.Status.SupersededBy,
