@@ -19,8 +19,8 @@ import (
 //     templates/buildlock.yml here) reads a file whose first YAML document is
 //     the header `spec: inputs:` and whose second is the configuration.
 //   - Each given input must be declared; an input without a default must be
-//     given; a value must match the input's regex and options. Otherwise the
-//     pipeline is not created.
+//     given; a value must match the input's regex and options, and be true
+//     or false for a boolean input. Otherwise the pipeline is not created.
 //   - $[[ inputs.name ]] is replaced in the configuration's keys and string
 //     values after it is parsed, once: a value cannot add YAML structure,
 //     and is not interpolated again.
@@ -114,6 +114,9 @@ func gitlabInterpolate(t *testing.T, given map[string]string) (map[string]any, e
 		}
 		if spec.Regex != "" && !regexp.MustCompile(spec.Regex).MatchString(v) {
 			errs = append(errs, fmt.Errorf("`%s` input: provided value does not match required RegEx pattern", name))
+		}
+		if spec.Type == "boolean" && v != "true" && v != "false" {
+			errs = append(errs, fmt.Errorf("`%s` input: provided value is not a boolean", name))
 		}
 		if spec.Options != nil && !slices.Contains(spec.Options, v) {
 			errs = append(errs, fmt.Errorf("`%s` input: `%s` cannot be used because it is not in the list of allowed options", name, v))
@@ -269,6 +272,7 @@ func TestGitLabComponentRefusesBadInputs(t *testing.T) {
 		"a namespace that is no name":    {change: map[string]string{"namespace": "ci$(id)"}, want: "`namespace` input"},
 		"an input the component lacks":   {change: map[string]string{"branch": "main"}, want: `unknown input "branch"`},
 		"an expires-after with no units": {change: map[string]string{"expires-after": "90"}, want: "`expires-after` input"},
+		"a rollback that is no boolean":  {change: map[string]string{"rollback": "yes"}, want: "`rollback` input: provided value is not a boolean"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			given := map[string]string{}
