@@ -39,14 +39,14 @@ const (
 type Reruns string
 
 const (
-	// RerunsAllowed, the default: a run of the build that held last for its
+	// RerunsAllowed is the default: a run of the build that held last for its
 	// line is granted like any build once the earlier run's claim has
 	// ended, unless a higher build of the line held since. Two runs of one
 	// build never wait or hold at once. GitLab allows retrying a deploy job
 	// the same way, and GitHub's "Re-run failed jobs" and Jenkins' "Replay"
 	// keep the build number: a failed deploy can be retried.
 	RerunsAllowed Reruns = "Allowed"
-	// RerunsRefused: a build deploys once; a re-run of a build that held is
+	// RerunsRefused makes a build deploy once: a re-run of a build that held is
 	// Superseded (DuplicateBuild), as GitLab's "Prevent outdated deployment
 	// jobs" without retries of rollback deployments does.
 	RerunsRefused Reruns = "Refused"
@@ -58,14 +58,14 @@ const (
 type Rollbacks string
 
 const (
-	// RollbacksAnyone, the default: pipelines and people may roll back.
+	// RollbacksAnyone is the default: pipelines and people may roll back.
 	RollbacksAnyone Rollbacks = "Anyone"
-	// RollbacksPeopleOnly: only claims whose requester (spec.requester,
+	// RollbacksPeopleOnly allows only claims whose requester (spec.requester,
 	// stamped by the API server with the enforcement policies) is verified
 	// and is not a service account may roll back. Without those policies no
 	// requester is verified, and every rollback is refused: it fails closed.
 	RollbacksPeopleOnly Rollbacks = "PeopleOnly"
-	// RollbacksNobody: every rollback is refused.
+	// RollbacksNobody refuses every rollback.
 	RollbacksNobody Rollbacks = "Nobody"
 )
 

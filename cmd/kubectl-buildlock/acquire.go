@@ -115,13 +115,8 @@ func (o *acquireOptions) Complete(cmd *cobra.Command, args []string) error {
 	o.build.complete(fs, ci, o.f)
 	o.claim.Repo, o.claim.Branch, o.claim.Build, o.claim.RunID = o.build.repo, o.build.branch, o.build.build, o.build.runID
 	o.claim.Workflow = o.build.workflow
-	switch {
-	case o.rollback && strings.TrimSpace(o.reason) == "":
-		return usagef("--rollback needs --reason: say why this build deploys again (an incident, a ticket); it is recorded")
-	case !o.rollback && fs.Changed("reason"):
-		return usagef("--reason goes with --rollback (force-release has a --reason of its own)")
-	case o.rollback:
-		o.claim.Rollback = &buildlockv1.Rollback{Reason: o.reason}
+	if err := o.completeRollback(fs.Changed("reason")); err != nil {
+		return err
 	}
 	o.claim.StateDir = o.build.stateDir
 	podFromEnv := !fs.Changed("pod") && ci.Pod != ""
@@ -161,6 +156,20 @@ func (o *acquireOptions) Complete(cmd *cobra.Command, args []string) error {
 	}
 	if !fs.Changed("expires-after") && o.claim.PodName == "" && len(o.command) > 0 {
 		o.claim.ExpiresAfter = defaultCommandExpiresAfter
+	}
+	return nil
+}
+
+// completeRollback makes the claim a rollback with --rollback, which needs
+// --reason; reasonGiven says --reason was given.
+func (o *acquireOptions) completeRollback(reasonGiven bool) error {
+	switch {
+	case o.rollback && strings.TrimSpace(o.reason) == "":
+		return usagef("--rollback needs --reason: say why this build deploys again (an incident, a ticket); it is recorded")
+	case !o.rollback && reasonGiven:
+		return usagef("--reason goes with --rollback (force-release has a --reason of its own)")
+	case o.rollback:
+		o.claim.Rollback = &buildlockv1.Rollback{Reason: o.reason}
 	}
 	return nil
 }

@@ -241,8 +241,7 @@ func TestPropertiesOfRandomEventSequences(t *testing.T) {
 // Only a grant record that nobody deleted or edited keeps that memory, so
 // it holds in histories without hostile events.
 type grantLog struct {
-	holder string
-	lines  map[line][]loggedGrant
+	lines map[line][]loggedGrant
 }
 
 type loggedGrant struct {

@@ -233,8 +233,7 @@ func (c Claim) BuildLock() *buildlockv1.BuildLock {
 // whose claim it is (see owns).
 func sameClaim(existing *buildlockv1.BuildLock, c Claim) bool {
 	s := existing.Spec
-	if s.Target != c.Target || s.Repo != c.Repo || s.Branch != c.Branch || s.Workflow != c.Workflow || s.Build != c.Build ||
-		(s.Rollback == nil) != (c.Rollback == nil) || (s.Rollback != nil && *s.Rollback != *c.Rollback) {
+	if !sameBuild(s, c) {
 		return false
 	}
 	switch {
@@ -250,6 +249,13 @@ func sameClaim(existing *buildlockv1.BuildLock, c Claim) bool {
 		return false
 	}
 	return true
+}
+
+// sameBuild reports whether spec s claims c's target for c's build: the
+// same repo, branch, workflow and build, and the same rollback, if any.
+func sameBuild(s buildlockv1.BuildLockSpec, c Claim) bool {
+	return s.Target == c.Target && s.Repo == c.Repo && s.Branch == c.Branch && s.Workflow == c.Workflow && s.Build == c.Build &&
+		(s.Rollback == nil) == (c.Rollback == nil) && (s.Rollback == nil || *s.Rollback == *c.Rollback)
 }
 
 // ownsByPod reports whether the existing BuildLock names this run's pod by

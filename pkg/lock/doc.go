@@ -26,6 +26,13 @@
 // ([*ClaimedByAnotherRunError]), [ErrLost] ([*LostError]),
 // [ErrInvalidClaim], [ErrNameTaken], [ErrNoHolder] and [ErrInvalidReason].
 //
+// A Claim's Workflow puts it on its CI workflow's line (builds of two
+// workflows are never compared), and its Rollback makes it a rollback on
+// purpose (spec.rollback): it may deploy a build at or below one that
+// already deployed, where the target's policy allows it. A re-run of a
+// build (the same number, another run) is granted like any build once the
+// earlier run's claim has ended.
+//
 // A claim belongs to the job that created it: a BuildLock carries its
 // job's run id (buildlockv1.RunIDAnnotation) and the hash of a secret that
 // the creating process keeps in the job's state directory
