@@ -4,6 +4,7 @@ import (
 	"strings"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -91,3 +92,14 @@ const (
 	// service account, or its build jumped too far).
 	AuditOverride = "Override"
 )
+
+// GrantToken is the fencing token a grant Lease records (its
+// spec.leaseTransitions): the token of the latest grant of the lock, 0 when
+// the Lease records none. The namespace's token floor Lease records the
+// highest token of the grant Leases deleted there the same way.
+func GrantToken(lease *coordinationv1.Lease) int64 {
+	if lease == nil || lease.Spec.LeaseTransitions == nil {
+		return 0
+	}
+	return int64(*lease.Spec.LeaseTransitions)
+}

@@ -29,6 +29,12 @@ const (
 // takes up to one of them).
 const MaxTimestampSkew = 10 * time.Second
 
+// DefaultGrantRetention is the default of the operator's --grant-retention:
+// how long a lock's grant record remembers which builds of each line held
+// the lock (a lower build never deploys after a higher one within it), and
+// how long the grant Lease of a target without claims is kept.
+const DefaultGrantRetention = 24 * time.Hour
+
 // DefaultMaxBuildJump is the default of the operator's --max-build-jump: how
 // far above the highest build of its line that held the lock (within the
 // grant retention) a claim that is not a person's may go (reason
@@ -83,6 +89,12 @@ const (
 	// accepted value overflows a duration, so the bounds check always runs.
 	DurationPattern = `^([0-9]{1,5}(\.[0-9]{1,9})?(ns|us|ms|s|m|h)){1,4}$`
 )
+
+// TargetField is the field selector of a BuildLock's spec.target, a
+// selectable field of the CRD: a lock's claims are listed with it, from the
+// API server and from the operator's cache, which indexes them under the same
+// name.
+const TargetField = "spec.target"
 
 // Annotations the API defines.
 const (
@@ -155,3 +167,58 @@ const AuditAnnotation = "buildlock.io/audit"
 
 // MaxAuditEntries bounds the grant record's audit: the oldest entries go.
 const MaxAuditEntries = 10
+
+// Bounds and patterns of a BuildLockPolicy's spec.windows, as the CRD
+// enforces them (CronSchedule, TimeZone and Window repeat them literally).
+const (
+	// MaxWindows bounds the number of a policy's windows.
+	MaxWindows = 32
+	// MinWindowDuration and MaxWindowDuration bound a recurring window's
+	// duration.
+	MinWindowDuration = time.Minute
+	MaxWindowDuration = 366 * 24 * time.Hour
+	// MaxScheduleLength bounds a window's schedule, in bytes.
+	MaxScheduleLength = 100
+	// MaxWindowReasonLength bounds a window's reason, in characters; the
+	// reason of `kubectl buildlock freeze` and `override` too.
+	MaxWindowReasonLength = 256
+	// DefaultTimeZone is the time zone of a window without one.
+	DefaultTimeZone = "UTC"
+	// TimeZonePattern is the shape of an IANA time-zone name ("Local",
+	// names under posix/ and right/ excepted): the API server then checks
+	// that its zone database knows it.
+	TimeZonePattern = `^[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+)*$`
+	// ScheduleShapePattern is five fields separated by spaces.
+	ScheduleShapePattern = `^\S+( +\S+){4}$`
+)
+
+// The patterns of a schedule's five fields, unanchored, in their order:
+// each is *, a value, or a range of values, optionally with a step, or a
+// comma-separated list of them. The API server also checks that every
+// range goes upwards.
+const (
+	CronMinutePattern     = `(\*|([0-5]?[0-9])(-([0-5]?[0-9]))?)(/[1-9][0-9]?)?(,(\*|([0-5]?[0-9])(-([0-5]?[0-9]))?)(/[1-9][0-9]?)?)*`
+	CronHourPattern       = `(\*|([01]?[0-9]|2[0-3])(-([01]?[0-9]|2[0-3]))?)(/[1-9][0-9]?)?(,(\*|([01]?[0-9]|2[0-3])(-([01]?[0-9]|2[0-3]))?)(/[1-9][0-9]?)?)*`
+	CronDayOfMonthPattern = `(\*|(0?[1-9]|[12][0-9]|3[01])(-(0?[1-9]|[12][0-9]|3[01]))?)(/[1-9][0-9]?)?(,(\*|(0?[1-9]|[12][0-9]|3[01])(-(0?[1-9]|[12][0-9]|3[01]))?)(/[1-9][0-9]?)?)*`
+	CronMonthPattern      = `(\*|(0?[1-9]|1[0-2]|(?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec))(-(0?[1-9]|1[0-2]|(?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)))?)(/[1-9][0-9]?)?(,(\*|(0?[1-9]|1[0-2]|(?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec))(-(0?[1-9]|1[0-2]|(?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)))?)(/[1-9][0-9]?)?)*`
+	CronDayOfWeekPattern  = `(\*|([0-6]|(?i:sun|mon|tue|wed|thu|fri|sat))(-([0-6]|(?i:sun|mon|tue|wed|thu|fri|sat)))?)(/[1-9][0-9]?)?(,(\*|([0-6]|(?i:sun|mon|tue|wed|thu|fri|sat))(-([0-6]|(?i:sun|mon|tue|wed|thu|fri|sat)))?)(/[1-9][0-9]?)?)*`
+)
+
+// CronFieldPatterns are the patterns of a schedule's fields, in order, with
+// the field's name.
+var CronFieldPatterns = [5]struct{ Name, Pattern string }{
+	{"minute", CronMinutePattern},
+	{"hour", CronHourPattern},
+	{"day of month", CronDayOfMonthPattern},
+	{"month", CronMonthPattern},
+	{"day of week", CronDayOfWeekPattern},
+}
+
+// Bounds of a person's freezes and overrides.
+const (
+	// DefaultOverrideFor is how long an override lasts unused when
+	// `kubectl buildlock override` is given no --for.
+	DefaultOverrideFor = 30 * time.Minute
+	// MaxOverrideFor bounds how far ahead an override's expiry may be.
+	MaxOverrideFor = 24 * time.Hour
+)

@@ -64,9 +64,9 @@ func run(ctx context.Context, out io.Writer, timeout time.Duration) (err error) 
 	}
 	defer func() { err = errors.Join(err, c.Stop()) }()
 
-	// Finished claims are kept for an hour, so that the last table still
-	// shows every build.
-	m, err := testenv.StartManager(ctx, c.Config, testenv.ManagerOptions{FinishedTTL: time.Hour})
+	// The operator's defaults: finished claims are kept for an hour, so that
+	// the last table still shows every build.
+	m, err := testenv.StartManager(ctx, c.Config, testenv.DefaultManagerOptions())
 	if err != nil {
 		return err
 	}
@@ -273,16 +273,16 @@ func (d *demo) expectQuietly(ctx context.Context, wants map[string]want) error {
 
 // expectFreeLease waits until the lock's grant Lease names no holder and
 // keeps token as its leaseTransitions.
-func (d *demo) expectFreeLease(ctx context.Context, token int32) error {
+func (d *demo) expectFreeLease(ctx context.Context, token int64) error {
 	var got string
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, d.timeout, true, func(ctx context.Context) (bool, error) {
 		lease := &coordinationv1.Lease{}
-		if err := d.client.Get(ctx, types.NamespacedName{Namespace: d.ns, Name: "buildlock-" + target}, lease); err != nil {
+		if err := d.client.Get(ctx, types.NamespacedName{Namespace: d.ns, Name: buildlockv1.GrantLeaseName(target)}, lease); err != nil {
 			got = err.Error()
 			return false, nil
 		}
-		got = fmt.Sprintf("holder %q, leaseTransitions %d", ptr.Deref(lease.Spec.HolderIdentity, ""), ptr.Deref(lease.Spec.LeaseTransitions, 0))
-		return ptr.Deref(lease.Spec.HolderIdentity, "") == "" && ptr.Deref(lease.Spec.LeaseTransitions, 0) == token, nil
+		got = fmt.Sprintf("holder %q, leaseTransitions %d", ptr.Deref(lease.Spec.HolderIdentity, ""), buildlockv1.GrantToken(lease))
+		return ptr.Deref(lease.Spec.HolderIdentity, "") == "" && buildlockv1.GrantToken(lease) == token, nil
 	})
 	if err != nil {
 		return fmt.Errorf("step %d: the grant Lease buildlock-%s should be free with leaseTransitions %d; it shows %s", d.step, target, token, got)

@@ -36,7 +36,8 @@ import (
 
 func main() {
 	manager := flag.String("manager", "", "Run this manager binary (e.g. bin/manager) against the local control plane instead of the operator in-process; arguments after -- are passed to it.")
-	finishedTTL := flag.Duration("finished-ttl", time.Hour, "Delete finished claims after this long (in-process operator only; 0 keeps them).")
+	opts := testenv.DefaultManagerOptions()
+	flag.DurationVar(&opts.FinishedTTL, "finished-ttl", opts.FinishedTTL, "Delete finished claims after this long (in-process operator only; 0 keeps them).")
 	zapOpts := zap.Options{Development: true}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Usage = func() {
@@ -53,13 +54,13 @@ func main() {
 		stop()
 	}()
 
-	if err := run(ctx, os.Stdout, *manager, flag.Args(), *finishedTTL); err != nil {
+	if err := run(ctx, os.Stdout, *manager, flag.Args(), opts); err != nil {
 		fmt.Fprintln(os.Stderr, "localcluster:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, out io.Writer, manager string, managerArgs []string, finishedTTL time.Duration) (err error) {
+func run(ctx context.Context, out io.Writer, manager string, managerArgs []string, opts testenv.ManagerOptions) (err error) {
 	log := ctrl.Log.WithName("localcluster")
 	log.Info("Starting a local control plane (etcd and kube-apiserver)")
 	c, err := localcluster.Start(localcluster.Options{})
@@ -76,7 +77,7 @@ func run(ctx context.Context, out io.Writer, manager string, managerArgs []strin
 	if manager != "" {
 		return runBinary(ctx, c, manager, managerArgs)
 	}
-	m, err := testenv.StartManager(ctx, c.Config, testenv.ManagerOptions{FinishedTTL: finishedTTL})
+	m, err := testenv.StartManager(ctx, c.Config, opts)
 	if err != nil {
 		return err
 	}

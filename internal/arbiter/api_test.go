@@ -48,6 +48,7 @@ func TestValuesAreTheAPIs(t *testing.T) {
 		{arbiter.DefaultExpiresAfter, buildlockv1.DefaultExpiresAfter},
 		{arbiter.DefaultMaxTimestampSkew, buildlockv1.MaxTimestampSkew},
 		{arbiter.DefaultMaxBuildJump, buildlockv1.DefaultMaxBuildJump},
+		{arbiter.DefaultGrantRetention, buildlockv1.DefaultGrantRetention},
 		{arbiter.MaxQuotedLength, buildlockv1.MaxQuotedLength},
 	} {
 		if pair[0] != pair[1] {

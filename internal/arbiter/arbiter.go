@@ -38,15 +38,13 @@ const (
 	// MaxQuotedLength is the most characters of free text (a force-release
 	// reason) that a message quotes.
 	MaxQuotedLength = 320
+	// DefaultGrantRetention is how long a grant record remembers the build
+	// of a line that held the lock when Policy.LineMemory is not positive.
+	DefaultGrantRetention = 24 * time.Hour
+	// DefaultMaxBuildJump is how far above its line's highest remembered
+	// build a claim may go when Policy.MaxBuildJump is not positive.
+	DefaultMaxBuildJump = 1000
 )
-
-// DefaultLineMemory is how long a grant record remembers the build of a line
-// that held the lock when Policy.LineMemory is not positive.
-const DefaultLineMemory = 24 * time.Hour
-
-// DefaultMaxBuildJump is how far above its line's highest remembered build
-// a claim may go when Policy.MaxBuildJump is not positive.
-const DefaultMaxBuildJump = 1000
 
 // LineMemoryBytes bounds Grant.Lines by the sizes of its records
 // (LineRecord.Size): a new line is recorded only while they stay within it.

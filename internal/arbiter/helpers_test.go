@@ -181,7 +181,7 @@ func genInput(ch chooser) input {
 	for range ch.intn(4) {
 		repo, branch, _ := strings.Cut(genLines[ch.intn(len(genLines))], "@")
 		in.grant.Lines = append(in.grant.Lines, LineRecord{Repo: repo, Branch: branch,
-			Build: int64(1 + ch.intn(6)), HeldAt: at(ch.intn(121)).Add(-DefaultLineMemory * time.Duration(ch.intn(2)))})
+			Build: int64(1 + ch.intn(6)), HeldAt: at(ch.intn(121)).Add(-DefaultGrantRetention * time.Duration(ch.intn(2)))})
 	}
 	if n > 0 && ch.intn(3) == 1 {
 		c := in.claims[ch.intn(n)]
@@ -320,7 +320,7 @@ func holdIsLive(c Claim, g Grant, now time.Time, p Policy) bool {
 func remembered(g Grant, claims []Claim, c Claim, now time.Time, p Policy) (int64, string) {
 	memory := p.LineMemory
 	if memory <= 0 {
-		memory = DefaultLineMemory
+		memory = DefaultGrantRetention
 	}
 	records := slices.Clone(g.Lines)
 	for _, h := range claims {

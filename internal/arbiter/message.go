@@ -283,7 +283,7 @@ func (d *decider) expiredMessage(i int) string {
 // lineMemory is Policy.LineMemory, or its default.
 func (d *decider) lineMemory() time.Duration {
 	if d.policy.LineMemory <= 0 {
-		return DefaultLineMemory
+		return DefaultGrantRetention
 	}
 	return d.policy.LineMemory
 }

@@ -181,7 +181,7 @@ func TestNeverBackwards(t *testing.T) {
 				holder: "shop-11", grantChanged: true, token: 5,
 			},
 			string(policy.Ordering) + ": the memory lasts LineMemory": {
-				claims: []Claim{shop9}, grant: tenHeld, now: at(10).Add(DefaultLineMemory), policy: policy,
+				claims: []Claim{shop9}, grant: tenHeld, now: at(10).Add(DefaultGrantRetention), policy: policy,
 				want:   map[string]string{"shop-9": "Held Acquired"},
 				holder: "shop-9", grantChanged: true, token: 5,
 			},

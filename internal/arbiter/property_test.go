@@ -264,7 +264,7 @@ func (g *grantLog) observe(w *world, d Decision, before string) error {
 	var highest int64 // since the last rollback, within the memory
 	for _, e := range g.lines[l] {
 		switch {
-		case !w.now.Before(e.at.Add(DefaultLineMemory)):
+		case !w.now.Before(e.at.Add(DefaultGrantRetention)):
 		case e.rollback:
 			highest = e.build
 		default:

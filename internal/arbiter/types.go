@@ -373,7 +373,7 @@ type Policy struct {
 	// their expiry.
 	MaxHold time.Duration
 	// LineMemory is how long a grant record remembers which build of a line
-	// held the lock (zero or less: DefaultLineMemory).
+	// held the lock (zero or less: DefaultGrantRetention).
 	LineMemory time.Duration
 	// MaxTimestampSkew is how far after its creation a claim's Timestamp
 	// may place it (zero or less: DefaultMaxTimestampSkew; see

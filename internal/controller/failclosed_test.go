@@ -397,22 +397,30 @@ var _ = Describe("The enforcement binding", func() {
 		bindingWrites := writes.total("")
 		Expect(bindingWrites).To(Equal(1), "the binding's create")
 
-		for _, c := range []struct {
-			name, repo string
-			build      int64
-			phase      buildlockv1.Phase
-		}{{"shop-41", "acme/shop", 41, buildlockv1.PhaseHeld}, {"web-7", "acme/web", 7, buildlockv1.PhaseWaiting}} {
-			pod := createPod(ns, c.name)
-			bl := newClaim(ns, c.name, claimOpts{target: target, repo: c.repo, build: c.build})
-			bl.Spec.PodRef = &buildlockv1.PodReference{Name: pod.Name, UID: string(pod.UID)}
-			Expect(k8sClient.Create(ctx, bl)).To(Succeed())
-			expectPhase(ns, c.name, c.phase)
-		}
+		holderAndWaiter(ns, target)
 		setPodPhase(ns, "shop-41", corev1.PodSucceeded)
 		expectPhase(ns, "web-7", buildlockv1.PhaseHeld)
 		Expect(writes.total("")).To(Equal(bindingWrites), "a hand-off writes no binding")
 	})
 })
+
+// holderAndWaiter creates two claims on target, each with a pod named like
+// it and named by UID, as an enforced target requires: shop-41, which holds,
+// and web-7, which waits.
+func holderAndWaiter(ns, target string) {
+	GinkgoHelper()
+	for _, c := range []struct {
+		name, repo string
+		build      int64
+		phase      buildlockv1.Phase
+	}{{"shop-41", "acme/shop", 41, buildlockv1.PhaseHeld}, {"web-7", "acme/web", 7, buildlockv1.PhaseWaiting}} {
+		pod := createPod(ns, c.name)
+		bl := newClaim(ns, c.name, claimOpts{target: target, repo: c.repo, build: c.build})
+		bl.Spec.PodRef = &buildlockv1.PodReference{Name: pod.Name, UID: string(pod.UID)}
+		Expect(k8sClient.Create(ctx, bl)).To(Succeed())
+		expectPhase(ns, c.name, c.phase)
+	}
+}
 
 // grantClusterWide lets user create the given cluster-scoped resource.
 func grantClusterWide(user, group, resource string) {

@@ -6,11 +6,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/utils/clock"
 
 	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
 	"github.com/buildlock/buildlock/internal/arbiter"
+	"github.com/buildlock/buildlock/internal/controller/grant"
 )
 
 // MaxLockSeries bounds the per-lock series (labeled namespace and target):
@@ -179,7 +179,7 @@ func (m *Metrics) observeDecision(lock arbiter.Lock, obs observation, d arbiter.
 		return
 	}
 	// A holder that was deleted has no verdict; its hold ends here.
-	before := grantFromLease(obs.lease)
+	before := grant.FromLease(obs.lease)
 	if before.Holder != "" && !hasClaim(obs.claims, before.Holder) && !before.AcquiredAt.IsZero() {
 		m.holdSeconds.Observe(now.Sub(before.AcquiredAt).Seconds())
 		m.releases.WithLabelValues("Deleted").Inc()
@@ -188,8 +188,8 @@ func (m *Metrics) observeDecision(lock arbiter.Lock, obs observation, d arbiter.
 
 // observeGrantWriteError counts a failed grant write that was not a lost
 // race (those are normal: the lock is decided again).
-func (m *Metrics) observeGrantWriteError(err error) {
-	if m == nil || apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
+func (m *Metrics) observeGrantWriteError() {
+	if m == nil {
 		return
 	}
 	m.grantWriteErrors.Inc()

@@ -14,64 +14,134 @@ import (
 
 	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
 	"github.com/buildlock/buildlock/internal/arbiter"
+	"github.com/buildlock/buildlock/internal/controller/admission"
+	"github.com/buildlock/buildlock/internal/controller/grant"
+	"github.com/buildlock/buildlock/internal/controller/policy"
 )
 
-// targetField indexes BuildLocks by spec.target. The same name is a
-// selectable field of the CRD, so one MatchingFields works against both the
-// cache and the API server.
-const targetField = "spec.target"
-
 // podRefField indexes BuildLocks by spec.podRef.name, to map pod events to
-// the locks they concern.
+// the locks they concern. (They are indexed by buildlockv1.TargetField too,
+// a selectable field of the CRD, so that one MatchingFields lists a lock's
+// claims from the cache and from the API server alike.)
 const podRefField = "spec.podRef.name"
 
 // maxConcurrentPodReads bounds the live pod reads of one reconcile.
 const maxConcurrentPodReads = 8
 
-// observation is what one reconcile saw of one lock: the claims, the grant
-// record, and what is known of each claim's pod.
+// observation is what one reconcile saw of one lock: its policy, its
+// claims, its grant record, and what is known of each claim's pod.
 type observation struct {
+	// policy is how the lock is arbitrated, read from the cache once per
+	// reconcile.
+	policy policy.Applied
 	claims []buildlockv1.BuildLock
 	lease  *coordinationv1.Lease // nil when the lock has no Lease (never granted, cleaned up, or deleted)
 	// foreign is set when the Lease named like the lock's grant Lease is
-	// not buildlock's (ownedLease): lease is then nil, and the lock cannot
+	// not buildlock's (grant.Owned): lease is then nil, and the lock cannot
 	// be granted.
 	foreign *coordinationv1.Lease
-	// floor is the namespace's token floor, read only when lease is nil.
+	// floor is the namespace's token floor, read live only when lease is
+	// nil.
 	floor int64
 	// verifiedSince is when claims' spec.requester became the API
-	// server's word (zero: it is not; see admissionPolicies.requestersVerifiedSince).
+	// server's word (zero: it is not; see admission.Policies.RequestersVerifiedSince).
 	verifiedSince time.Time
 	pods          map[string]arbiter.PodState
 	// podErr is the first error reading a pod: that pod is unknown (alive to
 	// the arbiter), and the lock must be looked at again once it can be read.
 	podErr error
+	// live says the claims and the Lease were read from the API server, in
+	// that order (observer.live), not from the cache.
+	live bool
+}
+
+// observer gathers one lock's observation.
+type observer struct {
+	// cache reads the claims, the Lease, the policy and the pods from the
+	// manager's cache.
+	cache client.Reader
+	// apiReader reads live from the API server.
+	apiReader client.Reader
+	// admission knows which admission policies are installed; nil: none.
+	admission *admission.Policies
+	// requesterSettle: see Options.RequesterSettle.
+	requesterSettle time.Duration
+	// defaults is how a lock is arbitrated where its policy is silent.
+	defaults arbiter.Policy
+}
+
+// cached gathers one lock from the cache: its policy, its claims, its grant
+// Lease, and what is known of its claims' pods (read live only when the
+// cache cannot tell for sure that a pod is there). Only a lock without a
+// Lease reads something live on every reconcile: the namespace's token
+// floor, which a new Lease's first token must be above.
+func (o observer) cached(ctx context.Context, lock arbiter.Lock) (observation, error) {
+	applied, err := policy.Read(ctx, o.cache, lock, o.defaults)
+	if err != nil {
+		return observation{}, err
+	}
+	claims, err := listClaims(ctx, o.cache, lock)
+	if err != nil {
+		return observation{}, err
+	}
+	return o.leaseAndPods(ctx, o.cache, lock, applied, claims, nil)
+}
+
+// live observes the lock again from the API server: the claims, and then
+// the Lease (the order the stale-read rule relies on: see liveReadsFor).
+// The policy and the pods already observed are kept.
+func (o observer) live(ctx context.Context, lock arbiter.Lock, cached observation) (observation, error) {
+	claims, err := listClaims(ctx, o.apiReader, lock)
+	if err != nil {
+		return observation{}, err
+	}
+	obs, err := o.leaseAndPods(ctx, o.apiReader, lock, cached.policy, claims, cached.pods)
+	obs.live = true
+	return obs, err
+}
+
+// leaseAndPods reads the Lease through reader, and the claims' pods, at
+// once.
+func (o observer) leaseAndPods(ctx context.Context, reader client.Reader, lock arbiter.Lock, applied policy.Applied, claims []buildlockv1.BuildLock, knownPods map[string]arbiter.PodState) (observation, error) {
+	var (
+		obs      = observation{policy: applied, claims: claims}
+		leaseErr error
+		wg       sync.WaitGroup
+	)
+	wg.Go(func() {
+		obs.lease, leaseErr = grant.Get(ctx, reader, lock)
+		switch {
+		case leaseErr != nil:
+		case obs.lease != nil && !grant.Owned(obs.lease):
+			// Someone else's Lease has the grant Lease's name (only a live
+			// read sees it: the cache holds buildlock's alone).
+			obs.foreign, obs.lease = obs.lease, nil
+		case obs.lease == nil:
+			// A lock without a Lease issues tokens above the floor that
+			// the namespace's deleted Leases left.
+			obs.floor, _, leaseErr = grant.ReadTokenFloor(ctx, o.apiReader, lock.Namespace)
+		}
+	})
+	obs.verifiedSince = o.admission.RequestersVerifiedSince(o.requesterSettle)
+	obs.pods, obs.podErr = o.pods(ctx, claims, knownPods)
+	wg.Wait()
+	if leaseErr != nil {
+		return observation{}, leaseErr
+	}
+	return obs, nil
 }
 
 // listClaims lists the BuildLocks of one lock through reader (the cache, or
 // the API server when the read must be live).
 func listClaims(ctx context.Context, reader client.Reader, lock arbiter.Lock) ([]buildlockv1.BuildLock, error) {
 	var list buildlockv1.BuildLockList
-	if err := reader.List(ctx, &list, client.InNamespace(lock.Namespace), client.MatchingFields{targetField: lock.Target}); err != nil {
+	if err := reader.List(ctx, &list, client.InNamespace(lock.Namespace), client.MatchingFields{buildlockv1.TargetField: lock.Target}); err != nil {
 		return nil, fmt.Errorf("listing BuildLocks for target %q in %q: %w", lock.Target, lock.Namespace, err)
 	}
 	return list.Items, nil
 }
 
-// getLease reads the lock's grant record live; nil when it does not exist.
-func getLease(ctx context.Context, reader client.Reader, lock arbiter.Lock) (*coordinationv1.Lease, error) {
-	var lease coordinationv1.Lease
-	err := reader.Get(ctx, types.NamespacedName{Namespace: lock.Namespace, Name: buildlockv1.GrantLeaseName(lock.Target)}, &lease)
-	if apierrors.IsNotFound(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading grant Lease for target %q in %q: %w", lock.Target, lock.Namespace, err)
-	}
-	return &lease, nil
-}
-
-// observePods returns what is known of the pod of every claim that can
+// pods returns what is known of the pod of every claim that can
 // still change and has a podRef: the state from known (this reconcile's
 // earlier observation), else from the cache when it is certain there (a
 // pod of the claim's UID, running or finished: a pod never leaves
@@ -80,7 +150,7 @@ func getLease(ctx context.Context, reader client.Reader, lock arbiter.Lock) (*co
 // (NotFound, or another UID). Any other error leaves it unknown, which the
 // arbiter treats as alive, and is returned so that the lock is decided
 // again.
-func (r *LockReconciler) observePods(ctx context.Context, claims []buildlockv1.BuildLock, known map[string]arbiter.PodState) (map[string]arbiter.PodState, error) {
+func (o observer) pods(ctx context.Context, claims []buildlockv1.BuildLock, known map[string]arbiter.PodState) (map[string]arbiter.PodState, error) {
 	type read struct {
 		claim string
 		state arbiter.PodState
@@ -97,7 +167,7 @@ func (r *LockReconciler) observePods(ctx context.Context, claims []buildlockv1.B
 			states[bl.Name] = s
 			continue
 		}
-		if s, ok := r.cachedPodState(ctx, bl); ok {
+		if s, ok := o.cachedPodState(ctx, bl); ok {
 			states[bl.Name] = s
 			continue
 		}
@@ -113,7 +183,7 @@ func (r *LockReconciler) observePods(ctx context.Context, claims []buildlockv1.B
 		slots <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			s, err := readPodState(ctx, r.APIReader, bl)
+			s, err := readPodState(ctx, o.apiReader, bl)
 			reads[i] = read{claim: bl.Name, state: s, err: err}
 		})
 	}
@@ -131,9 +201,9 @@ func (r *LockReconciler) observePods(ctx context.Context, claims []buildlockv1.B
 // cachedPodState returns the state of the claim's pod from the cache when
 // the cache is certain of it: the pod is there, with the claim's UID (or the
 // claim names no UID).
-func (r *LockReconciler) cachedPodState(ctx context.Context, bl *buildlockv1.BuildLock) (arbiter.PodState, bool) {
+func (o observer) cachedPodState(ctx context.Context, bl *buildlockv1.BuildLock) (arbiter.PodState, bool) {
 	var pod corev1.Pod
-	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: bl.Namespace, Name: bl.Spec.PodRef.Name}, &pod); err != nil {
+	if err := o.cache.Get(ctx, types.NamespacedName{Namespace: bl.Namespace, Name: bl.Spec.PodRef.Name}, &pod); err != nil {
 		return arbiter.PodUnknown, false
 	}
 	if s := podState(bl, &pod); s != arbiter.PodGone {
@@ -184,9 +254,9 @@ func arbiterInputs(obs observation, remembered int64) ([]arbiter.Claim, arbiter.
 	for i := range obs.claims {
 		claims = append(claims, toArbiterClaim(&obs.claims[i], obs.pods, obs.verifiedSince))
 	}
-	grant := grantFromLease(obs.lease)
-	grant.Floor = max(obs.floor, remembered)
-	return claims, grant
+	g := grant.FromLease(obs.lease)
+	g.Floor = max(obs.floor, remembered)
+	return claims, g
 }
 
 // toArbiterClaim is what the arbiter sees of claim bl: its spec, its
@@ -206,9 +276,9 @@ func toArbiterClaim(bl *buildlockv1.BuildLock, pods map[string]arbiter.PodState,
 		Pod:          arbiter.NoPod,
 		ExpiresAfter: buildlockv1.DefaultExpiresAfter,
 		ForceRelease: bl.Annotations[buildlockv1.ForceReleaseAnnotation],
-		// Verified only with the policies that stamp it (admissionPolicies.unverify).
+		// Verified only with the policies that stamp it (admission.Policies.Unverify).
 		ForceReleasedBy: bl.Annotations[buildlockv1.ForceReleasedByAnnotation],
-		Writer:          writerOf(bl),
+		Writer:          grant.WriterOf(bl),
 		Deleting:        bl.DeletionTimestamp != nil,
 	}
 	if bl.Status.AcquiredAt != nil {

@@ -1,12 +1,18 @@
 package controller
 
 import (
+	"context"
+	"fmt"
 	"time"
 	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
 	"github.com/buildlock/buildlock/internal/arbiter"
@@ -21,6 +27,108 @@ const maxMessageLength = 4096
 
 // maxEventNoteLength is the API's bound on an event's note.
 const maxEventNoteLength = 1024
+
+// statusWriter writes a decision's verdicts into the claims' statuses, and
+// their Events.
+type statusWriter struct {
+	client   client.Client
+	recorder events.EventRecorder
+	// metrics receives what happened; nil records nothing.
+	metrics *Metrics
+}
+
+// apply writes every claim whose status the decision changes, in the
+// decision's order: claims that stop holding first, the new holder last, so
+// that no two claims show Held at once. Each write carries the
+// resourceVersion of the object the decision was computed from. A write the
+// API server refuses as invalid is written again without its message; if
+// even that is refused, the claim is skipped, unless it stops holding (then,
+// as on any other failure, the rest waits and the lock is decided again).
+func (w statusWriter) apply(ctx context.Context, obs observation, d arbiter.Decision, now time.Time) error {
+	log := logf.FromContext(ctx)
+	byName := make(map[string]*buildlockv1.BuildLock, len(obs.claims))
+	for i := range obs.claims {
+		byName[obs.claims[i].Name] = &obs.claims[i]
+	}
+	for _, v := range d.Verdicts {
+		bl, found := byName[v.Name]
+		if !found {
+			continue
+		}
+		if v.Warning != "" {
+			w.recorder.Eventf(bl, nil, "Warning", "MaxHoldApproaching", "Hold", "%s", truncate(v.Warning, maxEventNoteLength))
+		}
+		status, changed := desiredStatus(bl, v, d, now)
+		if !changed {
+			continue
+		}
+		updated := bl.DeepCopy()
+		updated.Status = status
+		err := w.client.Status().Update(ctx, updated)
+		if apierrors.IsInvalid(err) {
+			log.Error(err, "Status refused as invalid; writing it without its message", "buildLock", bl.Name, "phase", v.Phase)
+			updated.Status = fallbackStatus(status)
+			err = w.client.Status().Update(ctx, updated)
+		}
+		if err != nil {
+			if apierrors.IsInvalid(err) && !stopsHolding(v) {
+				log.Error(err, "Status refused as invalid; leaving this claim and applying the rest", "buildLock", bl.Name, "phase", v.Phase)
+				continue
+			}
+			return fmt.Errorf("writing status of BuildLock %s/%s (%s): %w", bl.Namespace, bl.Name, v.Phase, err)
+		}
+		log.Info("Updated claim", "buildLock", bl.Name, "from", v.From, "phase", v.Phase, "reason", v.Reason, "fencingToken", status.FencingToken)
+		if v.From != v.Phase {
+			if recordsEvent(v.Phase) {
+				w.recorder.Eventf(bl, nil, eventType(v.Phase), eventReason(bl, v.Phase), string(v.Phase), "%s", truncate(v.Message, maxEventNoteLength))
+			}
+			w.metrics.observeTransition(bl, v, now)
+			if v.Phase == arbiter.Held && bl.Spec.Rollback != nil {
+				w.metrics.observeRollback(verifiedRequester(bl, obs.verifiedSince))
+			}
+		}
+	}
+	return nil
+}
+
+// stopsHolding reports whether the verdict ends a claim shown Held: until
+// that is written, no other claim may be shown Held.
+func stopsHolding(v arbiter.Verdict) bool {
+	return v.From == arbiter.Held && v.Phase != arbiter.Held
+}
+
+func eventType(p arbiter.Phase) string {
+	if p == arbiter.Expired {
+		return "Warning"
+	}
+	return "Normal"
+}
+
+// recordsEvent says whether a transition to phase p is recorded as an Event:
+// the start and the end of a hold (and a waiter's end), the history of who
+// deployed when. A claim that starts waiting or is superseded gets its
+// status only, which says the same words for as long as the claim exists
+// (an Event would cost the API server one more write on every new build,
+// for a record that lives no longer).
+func recordsEvent(p arbiter.Phase) bool {
+	return p == arbiter.Held || p == arbiter.Released || p == arbiter.Expired
+}
+
+// eventReason names claim bl's transition to p for `kubectl get events`:
+// Acquired (RolledBack for a rollback), Released or Expired.
+func eventReason(bl *buildlockv1.BuildLock, p arbiter.Phase) string {
+	switch {
+	case p == arbiter.Held && bl.Spec.Rollback != nil:
+		return eventRolledBack
+	case p == arbiter.Held:
+		return buildlockv1.ReasonAcquired
+	}
+	return string(p)
+}
+
+// eventRolledBack is the reason of the event of a rollback's grant: its
+// note says which build of which line, with the rollback's reason.
+const eventRolledBack = "RolledBack"
 
 // desiredStatus is the status a claim must have after decision d, computed
 // in memory from its current status. ok is false when the status must not

@@ -78,6 +78,17 @@ func New() (*envtest.Environment, error) {
 // options, whose zero value suits tests.
 type ManagerOptions = controller.Options
 
+// DefaultManagerOptions are the operator's defaults (controller.DefaultOptions)
+// for the one manager of a process on a developer's machine (`make run`,
+// `make demo`): without leader election, and without the metrics and
+// probe servers, whose ports may be taken.
+func DefaultManagerOptions() ManagerOptions {
+	o := controller.DefaultOptions()
+	o.LeaderElection = false
+	o.MetricsBindAddress, o.HealthProbeBindAddress = "", ""
+	return o
+}
+
 // InterceptClient returns a NewClient for ManagerOptions that wraps the
 // manager's client with funcs (fault injection).
 func InterceptClient(funcs interceptor.Funcs) client.NewClientFunc {

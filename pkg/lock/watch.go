@@ -117,11 +117,11 @@ func watchGrant(ctx context.Context, c client.WithWatch, bl *buildlockv1.BuildLo
 		func(store cache.Store) (bool, error) {
 			obj, _, _ := store.GetByKey(bl.Namespace + "/" + name) // an informer's store never fails a lookup
 			lease, ok := obj.(*coordinationv1.Lease)
-			if !ok || lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != holder || lease.Spec.LeaseTransitions == nil {
+			if !ok || lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != holder {
 				return false, nil
 			}
-			token = int64(*lease.Spec.LeaseTransitions)
-			return true, nil
+			token = buildlockv1.GrantToken(lease)
+			return token > 0, nil
 		})
 	return token, err
 }
@@ -147,5 +147,5 @@ func byName(name string) fields.Selector {
 
 // byTarget selects the claims on one target.
 func byTarget(target string) fields.Selector {
-	return fields.OneTermEqualSelector("spec.target", target)
+	return fields.OneTermEqualSelector(buildlockv1.TargetField, target)
 }

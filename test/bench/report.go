@@ -249,9 +249,10 @@ func report(r *results, plotFile string) string {
 			ms(median(e.firstRefused)), ms(percentile(e.firstRefused, 99)))
 	}
 	p("")
-	p("“Flat” is judged as growing by less than a tenth of what caching the pods would cost: the manager watches pods as metadata")
-	p("and keeps only each pod's name, namespace, UID and resourceVersion (so that a pod's events map to its claims), never its spec")
-	p("or status. That small entry per pod is what remains; see the analysis for how to remove it too.")
+	p("“Flat” is judged as growing by less than a tenth of what caching the pods would cost: the manager watches whole pods but")
+	p("keeps only each pod's name, namespace, UID, resourceVersion, deletion time and phase (so that a pod's events map to its")
+	p("claims, and a finished pod is known), never its spec. That small entry per pod is what remains; see the analysis for how to")
+	p("remove it too.")
 	p("")
 
 	p("## 1. Hand-off latency")

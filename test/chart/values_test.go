@@ -2,6 +2,7 @@ package chart
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/buildlock/buildlock/internal/controller"
 	. "github.com/onsi/gomega"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -70,6 +72,60 @@ func TestValuesSchemaRejectsMistakes(t *testing.T) {
 			"--set", "podDisruptionBudget.enabled=true", "--set", "podDisruptionBudget.maxUnavailable=50%",
 			"--set", "prometheusRule.enabled=true", "--set", "prometheusRule.lockHeldLongerThan=90m")
 	})
+}
+
+// TestValuesDefaultsAreTheManagers holds the chart's defaults for the
+// manager's flags to the manager's own (controller.DefaultOptions), so that
+// an installation with the chart's values runs as `manager` without flags
+// does.
+func TestValuesDefaultsAreTheManagers(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(repoRoot(t), "charts", "buildlock", "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		FinishedTTL             string `json:"finishedTTL"`
+		MaxHold                 string `json:"maxHold"`
+		GrantRetention          string `json:"grantRetention"`
+		MaxConcurrentReconciles int    `json:"maxConcurrentReconciles"`
+		HealthPort              int    `json:"healthPort"`
+		LeaderElection          struct {
+			Enabled bool `json:"enabled"`
+		} `json:"leaderElection"`
+		Metrics struct {
+			Port   int  `json:"port"`
+			Secure bool `json:"secure"`
+		} `json:"metrics"`
+	}
+	if err := yaml.Unmarshal(data, &v); err != nil {
+		t.Fatal(err)
+	}
+	d := controller.DefaultOptions()
+	duration := func(s string) time.Duration {
+		t.Helper()
+		parsed, err := time.ParseDuration(s)
+		if err != nil {
+			t.Errorf("values.yaml: %v", err)
+		}
+		return parsed
+	}
+	for _, c := range []struct {
+		value       string
+		chart, want any
+	}{
+		{"finishedTTL (--finished-ttl)", duration(v.FinishedTTL), d.FinishedTTL},
+		{"maxHold (--max-hold)", duration(v.MaxHold), d.MaxHold},
+		{"grantRetention (--grant-retention)", duration(v.GrantRetention), d.GrantRetention},
+		{"maxConcurrentReconciles (--max-concurrent-reconciles)", v.MaxConcurrentReconciles, d.Workers},
+		{"leaderElection.enabled (--leader-elect)", v.LeaderElection.Enabled, d.LeaderElection},
+		{"metrics.port (--metrics-bind-address)", fmt.Sprintf(":%d", v.Metrics.Port), d.MetricsBindAddress},
+		{"metrics.secure (--metrics-secure)", v.Metrics.Secure, d.SecureMetrics},
+		{"healthPort (--health-probe-bind-address)", fmt.Sprintf(":%d", v.HealthPort), d.HealthProbeBindAddress},
+	} {
+		if c.chart != c.want {
+			t.Errorf("values.yaml's %s is %v; the manager's default is %v", c.value, c.chart, c.want)
+		}
+	}
 }
 
 // TestImageTagRenderedAsString: `--set image.tag=20260115` gives helm an

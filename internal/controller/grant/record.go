@@ -1,4 +1,11 @@
-package controller
+// Package grant reads and writes a lock's grant record: the grant Lease
+// (api/v1alpha1 GrantLeaseName), which the lock reconciler writes as a
+// compare-and-swap on every grant, with what enforcement needs in the same
+// write; the namespace's token floor, which keeps the highest fencing token
+// of the grant Leases deleted there; and what a manager remembers of both
+// while it runs (Memory). The lock reconciler, the policy controller and the
+// garbage collections share it; it knows none of them.
+package grant
 
 import (
 	"bytes"
@@ -21,13 +28,26 @@ import (
 	"github.com/buildlock/buildlock/internal/arbiter"
 )
 
-// Labels and annotations on the grant Leases, so that people and the cache
-// can find them, and so that the grant record carries what the arbiter must
-// remember.
+// Labels on the Leases and bindings buildlock writes, so that people and the
+// manager's cache (which holds buildlock's alone) can find them.
 const (
-	managedByLabel = "app.kubernetes.io/managed-by"
-	managedByValue = "buildlock"
-	targetLabel    = "buildlock.io/target"
+	// ManagedByLabel, with ManagedByValue, marks every Lease and binding
+	// of buildlock's.
+	ManagedByLabel = "app.kubernetes.io/managed-by"
+	ManagedByValue = "buildlock"
+	// TargetLabel names the target of a grant Lease or binding.
+	TargetLabel = "buildlock.io/target"
+)
+
+// TokenFloorLease names the Lease, one per namespace, that keeps the highest
+// fencing token of the grant Leases deleted in that namespace: a Lease
+// created later issues tokens above it, so that a token never repeats. A
+// target's name is a DNS label, so "buildlock-<target>" can never be this
+// name, which has a dot.
+const TokenFloorLease = "buildlock.token-floor"
+
+// Annotations of the grant record: what the arbiter must remember.
+const (
 	// linesAnnotation records, per line, the highest build that held the
 	// lock (JSON; see arbiter.Grant.Lines).
 	linesAnnotation = "buildlock.io/lines"
@@ -37,12 +57,6 @@ const (
 	// buildlockPrefix starts every label and annotation key of buildlock's.
 	buildlockPrefix = "buildlock.io/"
 )
-
-// tokenFloorLease names the Lease, one per namespace, that keeps the highest
-// fencing token of the grant Leases deleted in that namespace. A target's
-// name is a DNS label, so "buildlock-<target>" can never be this name, which
-// has a dot.
-const tokenFloorLease = "buildlock.token-floor"
 
 // lineRecord is how a Grant.Lines entry is written in linesAnnotation
 // (arbiter.LineRecord.Size bounds its length).
@@ -65,29 +79,10 @@ type endingRecord struct {
 	At     time.Time `json:"at"`
 }
 
-// writeGrant records grant in the lock's Lease as a compare-and-swap: an
-// update carries the resourceVersion the decision was computed from, and a
-// create fails if another writer created the Lease first. Either way a
-// concurrent writer makes this call fail with a Conflict or AlreadyExists
-// error, and the caller decides again. The Lease's renewTime says when it was
-// last written (deleteIdleLease counts from it).
-func writeGrant(ctx context.Context, c client.Client, mem *leaseMemory, lock arbiter.Lock, read *coordinationv1.Lease, grant arbiter.Grant, e *enforcement, now time.Time) (*coordinationv1.Lease, error) {
-	lease, err := desiredLease(lock, read, grant, e)
-	if err != nil {
-		return nil, err
-	}
-	lease.Spec.RenewTime = &metav1.MicroTime{Time: now}
-	if err := compareAndSwap(ctx, c, lease, read != nil); err != nil {
-		return nil, fmt.Errorf("writing grant Lease %s/%s: %w", lease.Namespace, lease.Name, err)
-	}
-	mem.wrote(lease)
-	return lease, nil
-}
-
 // desiredLease is the Lease read (nil: none yet) as it must be to carry
 // grant and e: its labels, spec and annotations of buildlock's, everything
 // else as it was.
-func desiredLease(lock arbiter.Lock, read *coordinationv1.Lease, grant arbiter.Grant, e *enforcement) (*coordinationv1.Lease, error) {
+func desiredLease(lock arbiter.Lock, read *coordinationv1.Lease, grant arbiter.Grant, e *Enforcement) (*coordinationv1.Lease, error) {
 	lease := &coordinationv1.Lease{}
 	if read != nil {
 		lease = read.DeepCopy()
@@ -98,8 +93,8 @@ func desiredLease(lock arbiter.Lock, read *coordinationv1.Lease, grant arbiter.G
 	if lease.Labels == nil {
 		lease.Labels = map[string]string{}
 	}
-	lease.Labels[managedByLabel] = managedByValue
-	lease.Labels[targetLabel] = lock.Target
+	lease.Labels[ManagedByLabel] = ManagedByValue
+	lease.Labels[TargetLabel] = lock.Target
 
 	if grant.Token > math.MaxInt32 {
 		return nil, fmt.Errorf("fencing token %d of target %q does not fit the Lease's leaseTransitions", grant.Token, lock.Target)
@@ -118,13 +113,13 @@ func desiredLease(lock arbiter.Lock, read *coordinationv1.Lease, grant arbiter.G
 	return lease, nil
 }
 
-// leaseCurrent reports whether the Lease read carries exactly grant and e
-// (a lock without a Lease does while it records nothing and enforces
-// nothing): when it does not, someone else wrote it, or a decision changed
-// what it must carry, and it is written again.
-func leaseCurrent(lock arbiter.Lock, read *coordinationv1.Lease, grant arbiter.Grant, e *enforcement) bool {
+// Current reports whether the Lease read carries exactly grant and e (a
+// lock without a Lease does while it records nothing and enforces nothing):
+// when it does not, someone else wrote it, or a decision changed what it
+// must carry, and it is written again.
+func Current(lock arbiter.Lock, read *coordinationv1.Lease, grant arbiter.Grant, e *Enforcement) bool {
 	if read == nil {
-		return enforcementCurrent(nil, e) && grant.Holder == "" && len(grant.Lines) == 0
+		return EnforcementCurrent(nil, e) && grant.Holder == "" && len(grant.Lines) == 0
 	}
 	want, err := desiredLease(lock, read, grant, e)
 	if err != nil {
@@ -134,13 +129,13 @@ func leaseCurrent(lock arbiter.Lock, read *coordinationv1.Lease, grant arbiter.G
 		equality.Semantic.DeepEqual(want.Annotations, read.Annotations)
 }
 
-// ownedLease reports whether lease, named like lock's grant Lease, is
+// Owned reports whether lease, named like a lock's grant Lease, is
 // buildlock's: it carries buildlock's managed-by label, or any label or
 // annotation of buildlock's (one whose labels a person removed is still
 // buildlock's, and is repaired). A Lease with none of them was created by
 // someone else, and is never taken over.
-func ownedLease(lease *coordinationv1.Lease) bool {
-	if lease.Labels[managedByLabel] == managedByValue {
+func Owned(lease *coordinationv1.Lease) bool {
+	if lease.Labels[ManagedByLabel] == ManagedByValue {
 		return true
 	}
 	for _, keys := range []map[string]string{lease.Labels, lease.Annotations} {
@@ -153,7 +148,7 @@ func ownedLease(lease *coordinationv1.Lease) bool {
 	return false
 }
 
-// setGrantAnnotations writes the grant's line records, ending and audit
+// setGrantAnnotations writes the grant's line records, ending, audit and writer
 // into the Lease's annotations (removing them when empty).
 func setGrantAnnotations(lease *coordinationv1.Lease, grant arbiter.Grant) error {
 	if lease.Annotations == nil {
@@ -217,12 +212,12 @@ func encodeUnescaped(v any) (string, error) {
 	return strings.TrimSuffix(b.String(), "\n"), nil
 }
 
-// grantFromLease reads the grant record; a nil Lease is a lock without one
+// FromLease reads the grant record; a nil Lease is a lock without one
 // (never granted, cleaned up, or deleted by someone), whose record the
 // arbiter restores from the claims (Absent). Records that do not decode
 // (the Lease was edited by hand) are left out, and so restored from the
 // claims too.
-func grantFromLease(lease *coordinationv1.Lease) arbiter.Grant {
+func FromLease(lease *coordinationv1.Lease) arbiter.Grant {
 	var g arbiter.Grant
 	if lease == nil {
 		g.Absent = true
@@ -232,9 +227,7 @@ func grantFromLease(lease *coordinationv1.Lease) arbiter.Grant {
 		name, uid := buildlockv1.ParseGrantHolder(*lease.Spec.HolderIdentity)
 		g.Holder, g.HolderUID = name, string(uid)
 	}
-	if lease.Spec.LeaseTransitions != nil {
-		g.Token = int64(*lease.Spec.LeaseTransitions)
-	}
+	g.Token = buildlockv1.GrantToken(lease)
 	if lease.Spec.AcquireTime != nil {
 		g.AcquiredAt = lease.Spec.AcquireTime.Time
 	}
@@ -260,9 +253,9 @@ func grantFromLease(lease *coordinationv1.Lease) arbiter.Grant {
 	return g
 }
 
-// lastWritten is when the Lease was last written: its renewTime, else (a
+// LastWritten is when the Lease was last written: its renewTime, else (a
 // Lease written by an older operator) its acquireTime or creation.
-func lastWritten(lease *coordinationv1.Lease) time.Time {
+func LastWritten(lease *coordinationv1.Lease) time.Time {
 	switch {
 	case lease.Spec.RenewTime != nil:
 		return lease.Spec.RenewTime.Time
@@ -272,92 +265,40 @@ func lastWritten(lease *coordinationv1.Lease) time.Time {
 	return lease.CreationTimestamp.Time
 }
 
-// readTokenFloor reads, live, the highest token of the namespace's deleted
-// grant Leases (0 if none was ever deleted).
-func readTokenFloor(ctx context.Context, reader client.Reader, namespace string) (int64, *coordinationv1.Lease, error) {
+// Get reads the lock's grant Lease through reader (the cache, or the API
+// server); nil when it does not exist.
+func Get(ctx context.Context, reader client.Reader, lock arbiter.Lock) (*coordinationv1.Lease, error) {
 	var lease coordinationv1.Lease
-	err := reader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: tokenFloorLease}, &lease)
+	err := reader.Get(ctx, types.NamespacedName{Namespace: lock.Namespace, Name: buildlockv1.GrantLeaseName(lock.Target)}, &lease)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading grant Lease for target %q in %q: %w", lock.Target, lock.Namespace, err)
+	}
+	return &lease, nil
+}
+
+// TargetOf is the target whose grant Lease this is, by its name
+// (buildlock-<target>): the name is what every reader goes by, whatever its
+// labels say.
+func TargetOf(lease client.Object) (string, bool) {
+	target, ok := strings.CutPrefix(lease.GetName(), buildlockv1.GrantLeaseName(""))
+	return target, ok && target != ""
+}
+
+// ReadTokenFloor reads the namespace's token floor through reader, which
+// must be live: no compare-and-swap would catch a stale floor, and a token
+// must never repeat. It returns the floor (0 if no Lease was ever deleted
+// there) and the floor Lease (nil when there is none).
+func ReadTokenFloor(ctx context.Context, reader client.Reader, namespace string) (int64, *coordinationv1.Lease, error) {
+	var lease coordinationv1.Lease
+	err := reader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: TokenFloorLease}, &lease)
 	switch {
 	case apierrors.IsNotFound(err):
 		return 0, nil, nil
 	case err != nil:
 		return 0, nil, fmt.Errorf("reading the token floor of namespace %q: %w", namespace, err)
-	case lease.Spec.LeaseTransitions == nil:
-		return 0, &lease, nil
 	}
-	return int64(*lease.Spec.LeaseTransitions), &lease, nil
-}
-
-// raiseTokenFloor makes the namespace's token floor at least token, as a
-// compare-and-swap on what readTokenFloor returned.
-func raiseTokenFloor(ctx context.Context, c client.Client, mem *leaseMemory, namespace string, read *coordinationv1.Lease, floor, token int64) error {
-	if token <= floor && read != nil {
-		return nil
-	}
-	if token > math.MaxInt32 {
-		return fmt.Errorf("token floor %d of namespace %q does not fit a Lease", token, namespace)
-	}
-	lease := &coordinationv1.Lease{}
-	if read != nil {
-		lease = read.DeepCopy()
-	} else {
-		lease.Namespace, lease.Name = namespace, tokenFloorLease
-		lease.Labels = map[string]string{managedByLabel: managedByValue}
-	}
-	lease.Spec.LeaseTransitions = ptr.To(int32(max(floor, token)))
-	if lease.Labels[managedByLabel] != managedByValue {
-		// So that the cache, and the watch that restores a deleted floor,
-		// see it.
-		if lease.Labels == nil {
-			lease.Labels = map[string]string{}
-		}
-		lease.Labels[managedByLabel] = managedByValue
-	}
-	if err := compareAndSwap(ctx, c, lease, read != nil); err != nil {
-		return fmt.Errorf("raising the token floor of namespace %q to %d: %w", namespace, token, err)
-	}
-	mem.wrote(lease)
-	return nil
-}
-
-// compareAndSwap writes a Lease that was read (an update carrying the
-// resourceVersion read, which fails with a Conflict if another writer came
-// first) or that was not there (a create, which fails with AlreadyExists).
-func compareAndSwap(ctx context.Context, c client.Client, lease *coordinationv1.Lease, read bool) error {
-	if read {
-		return c.Update(ctx, lease)
-	}
-	return c.Create(ctx, lease)
-}
-
-// deleteIdleLease deletes the grant Lease of a lock that has no claims and
-// has not been written for retention, first raising the namespace's token
-// floor to its token so that a later Lease of the target never issues a token
-// again: a new Lease is only created after a read found none, which follows
-// the delete, which follows the floor's raise. The delete is conditional on
-// the Lease being unchanged. It returns when to look again (zero: deleted,
-// or nothing to do).
-func deleteIdleLease(ctx context.Context, c client.Client, reader client.Reader, mem *leaseMemory, lease *coordinationv1.Lease, retention time.Duration, now time.Time) (time.Time, error) {
-	if lease == nil || lease.Spec.HolderIdentity != nil {
-		return time.Time{}, nil
-	}
-	if due := lastWritten(lease).Add(retention); now.Before(due) {
-		return due, nil
-	}
-	floor, read, err := readTokenFloor(ctx, reader, lease.Namespace)
-	if err != nil {
-		return time.Time{}, err
-	}
-	var token int64
-	if lease.Spec.LeaseTransitions != nil {
-		token = int64(*lease.Spec.LeaseTransitions)
-	}
-	if err := raiseTokenFloor(ctx, c, mem, lease.Namespace, read, floor, token); err != nil {
-		return time.Time{}, err
-	}
-	err = c.Delete(ctx, lease, client.Preconditions{UID: &lease.UID, ResourceVersion: &lease.ResourceVersion})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return time.Time{}, fmt.Errorf("deleting idle grant Lease %s/%s: %w", lease.Namespace, lease.Name, err)
-	}
-	return time.Time{}, nil
+	return buildlockv1.GrantToken(&lease), &lease, nil
 }

@@ -1,10 +1,8 @@
-package controller
+package policy
 
 import (
 	"context"
 	"fmt"
-	"slices"
-	"strings"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -17,98 +15,22 @@ import (
 
 	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
 	"github.com/buildlock/buildlock/internal/arbiter"
+	"github.com/buildlock/buildlock/internal/controller/grant"
 )
 
-// Enforcement is carried by the grant Lease itself (the parameter of the
-// buildlock-enforce ValidatingAdmissionPolicy), so that admission can never
-// be ahead of the grant, and by one ValidatingAdmissionPolicyBinding per
-// enforced lock that points the policy at that Lease for the target
-// namespace, when that namespace consents.
+// An enforced lock has one ValidatingAdmissionPolicyBinding that points the
+// buildlock-enforce policy at the lock's grant Lease (which carries the
+// enforcement: see grant.Enforcement) for the target namespace, when that
+// namespace consents.
 const (
 	// enforcePolicyName is the ValidatingAdmissionPolicy the chart installs
 	// (config/enforcement/enforce.yaml).
 	enforcePolicyName = "buildlock-enforce"
-	// enforcedLabel on a grant Lease marks an enforced lock, for the
-	// buildlock-claims policy, which lets pipelines touch only their own
-	// claims in a namespace with an enforced lock.
-	enforcedLabel = "buildlock.io/enforced"
-	// serviceAccountsAnnotation on an enforced grant Lease lists the
-	// claims namespace's pipeline service accounts ("*": all of them).
-	serviceAccountsAnnotation = "buildlock.io/enforced-service-accounts"
-	// writerPodAnnotation and writerUserAnnotation record the holder's
-	// Writer (arbiter.Grant.Writer) in the grant's compare-and-swap.
-	writerPodAnnotation  = "buildlock.io/writer-pod-uid"
-	writerUserAnnotation = "buildlock.io/writer-username"
 	// claimsNamespaceLabel on a binding names the lock's namespace.
 	claimsNamespaceLabel = "buildlock.io/claims-namespace"
 	// namespaceNameLabel is the label Kubernetes sets on every namespace.
 	namespaceNameLabel = "kubernetes.io/metadata.name"
 )
-
-// enforcement is what a lock's policy asks of the API server: nil when it
-// enforces nothing.
-type enforcement struct {
-	// serviceAccounts is serviceAccountsAnnotation's value.
-	serviceAccounts string
-}
-
-// enforcementOf returns the policy's enforcement, or nil.
-func enforcementOf(p *buildlockv1.BuildLockPolicy) *enforcement {
-	if p == nil || p.Spec.Enforce == nil {
-		return nil
-	}
-	accounts := slices.Clone(p.Spec.Enforce.ServiceAccounts)
-	slices.Sort(accounts)
-	if len(accounts) == 0 {
-		return &enforcement{serviceAccounts: "*"}
-	}
-	return &enforcement{serviceAccounts: strings.Join(slices.Compact(accounts), ",")}
-}
-
-// writerOf is who may write into an enforced target while claim bl holds
-// it: its pod, when it has one (by UID: an enforced target requires
-// podRef.uid); else its requester's pod, when the requester's token was
-// bound to one; else its requester.
-func writerOf(bl *buildlockv1.BuildLock) arbiter.Writer {
-	switch r := bl.Spec.Requester; {
-	case bl.Spec.PodRef != nil:
-		return arbiter.Writer{PodUID: bl.Spec.PodRef.UID}
-	case r == nil:
-		return arbiter.Writer{}
-	case r.PodUID != "":
-		return arbiter.Writer{PodUID: r.PodUID}
-	default:
-		return arbiter.Writer{Username: r.Username}
-	}
-}
-
-// setEnforcement writes the lock's enforcement onto the Lease: the
-// service-account annotation and the enforced label, or neither.
-func setEnforcement(lease *coordinationv1.Lease, e *enforcement) {
-	if e == nil {
-		delete(lease.Annotations, serviceAccountsAnnotation)
-		delete(lease.Labels, enforcedLabel)
-		return
-	}
-	if lease.Annotations == nil {
-		lease.Annotations = map[string]string{}
-	}
-	lease.Annotations[serviceAccountsAnnotation] = e.serviceAccounts
-	lease.Labels[enforcedLabel] = "true"
-}
-
-// enforcementCurrent reports whether the Lease carries exactly e.
-func enforcementCurrent(lease *coordinationv1.Lease, e *enforcement) bool {
-	if lease == nil {
-		return e == nil
-	}
-	accounts, annotated := lease.Annotations[serviceAccountsAnnotation]
-	_, labeled := lease.Labels[enforcedLabel]
-	if e == nil {
-		return !annotated && !labeled
-	}
-	return labeled && accounts == e.serviceAccounts
-}
 
 // bindingName is the name of the lock's ValidatingAdmissionPolicyBinding:
 // cluster-scoped, so it names both the claims namespace and the target.
@@ -129,9 +51,9 @@ func desiredBinding(lock arbiter.Lock) *admissionv1.ValidatingAdmissionPolicyBin
 		ObjectMeta: metav1.ObjectMeta{
 			Name: bindingName(lock),
 			Labels: map[string]string{
-				managedByLabel:       managedByValue,
+				grant.ManagedByLabel: grant.ManagedByValue,
 				claimsNamespaceLabel: lock.Namespace,
-				targetLabel:          lock.Target,
+				grant.TargetLabel:    lock.Target,
 			},
 		},
 		Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{
@@ -156,11 +78,14 @@ func desiredBinding(lock arbiter.Lock) *admissionv1.ValidatingAdmissionPolicyBin
 	}
 }
 
-// syncBinding creates, updates or deletes the lock's binding so that it
-// exists exactly while e is set. It reads the binding from the cache.
-func (r *LockReconciler) syncBinding(ctx context.Context, lock arbiter.Lock, e *enforcement) error {
+// syncBinding creates, updates or deletes the lock's binding, read from the
+// cache through c, so that it exists exactly while e is set. It creates it only once
+// the grant Lease carries e (the lock reconciler writes it): a binding
+// without its Lease refuses every write into the target, and the lock
+// reconciler creates the Lease of an enforced lock at once.
+func syncBinding(ctx context.Context, c client.Client, lock arbiter.Lock, lease *coordinationv1.Lease, e *grant.Enforcement) error {
 	var current admissionv1.ValidatingAdmissionPolicyBinding
-	err := r.Client.Get(ctx, types.NamespacedName{Name: bindingName(lock)}, &current)
+	err := c.Get(ctx, types.NamespacedName{Name: bindingName(lock)}, &current)
 	exists := err == nil
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("reading ValidatingAdmissionPolicyBinding %s: %w", bindingName(lock), err)
@@ -169,17 +94,19 @@ func (r *LockReconciler) syncBinding(ctx context.Context, lock arbiter.Lock, e *
 	want := desiredBinding(lock)
 	switch {
 	case e == nil && exists:
-		err = r.Client.Delete(ctx, &current, client.Preconditions{UID: &current.UID, ResourceVersion: &current.ResourceVersion})
+		err = c.Delete(ctx, &current, client.Preconditions{UID: &current.UID, ResourceVersion: &current.ResourceVersion})
 		if apierrors.IsNotFound(err) {
 			err = nil
 		}
 	case e == nil:
+	case !exists && (lease == nil || !grant.EnforcementCurrent(lease, e)):
+		// The Lease's write brings the lock back here.
 	case !exists:
-		err = r.Client.Create(ctx, want)
+		err = c.Create(ctx, want)
 	case !equality.Semantic.DeepEqual(current.Spec, want.Spec) || !equality.Semantic.DeepEqual(current.Labels, want.Labels):
 		updated := current.DeepCopy()
 		updated.Spec, updated.Labels = want.Spec, want.Labels
-		err = r.Client.Update(ctx, updated)
+		err = c.Update(ctx, updated)
 	}
 	if err != nil {
 		return fmt.Errorf("writing ValidatingAdmissionPolicyBinding %s: %w", bindingName(lock), err)
@@ -211,10 +138,4 @@ func consentCondition(lock arbiter.Lock, labels map[string]string, exists bool, 
 		return nil
 	}
 	return c
-}
-
-// syncEnforcement keeps the lock's binding in line with its policy. The
-// policy's Enforced condition is the fence prober's (fence.go).
-func (r *LockReconciler) syncEnforcement(ctx context.Context, lock arbiter.Lock, p *lockPolicy) error {
-	return r.syncBinding(ctx, lock, p.enforce)
 }

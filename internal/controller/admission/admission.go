@@ -1,4 +1,10 @@
-package controller
+// Package admission tells which of buildlock's admission policies
+// (config/enforcement) the API server has, and since when, from the
+// manager's cache of their metadata: the lock reconciler takes a claim's
+// spec.requester and a force-release's stamp as the API server's word only
+// while the policies that stamp them are installed, and the policy
+// controller says nothing is enforced while buildlock-enforce is missing.
+package admission
 
 import (
 	"context"
@@ -29,40 +35,33 @@ const (
 	requesterPolicyName = "buildlock-requester"
 )
 
-// DefaultRequesterSettle is how long after the buildlock-requester policy
-// and its binding were created the operator takes spec.requester as the API
-// server's word, when Options.RequesterSettle is not positive: a new
-// admission policy takes effect a moment after it is created (the API
-// server loads and compiles it), and a claim created before could carry a
-// requester its client wrote.
-const DefaultRequesterSettle = 30 * time.Second
-
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicies;mutatingadmissionpolicies;mutatingadmissionpolicybindings,verbs=get;list;watch
 
 // The kinds of admission objects whose presence the operator watches.
 const (
-	validatingPolicyKind = "ValidatingAdmissionPolicy"
-	mutatingPolicyKind   = "MutatingAdmissionPolicy"
-	mutatingBindingKind  = "MutatingAdmissionPolicyBinding"
+	// ValidatingPolicy is the kind of ValidatingAdmissionPolicies.
+	ValidatingPolicy    = "ValidatingAdmissionPolicy"
+	mutatingPolicyKind  = "MutatingAdmissionPolicy"
+	mutatingBindingKind = "MutatingAdmissionPolicyBinding"
 )
 
-// admissionPolicies knows which admission policies the API server has, by
-// name and creation time, from the cache's metadata informers of
-// ValidatingAdmissionPolicies, MutatingAdmissionPolicies and their
-// bindings. A nil *admissionPolicies knows of none.
-type admissionPolicies struct {
+// Policies knows which admission policies the API server has, by name and
+// creation time, from the cache's metadata informers of
+// ValidatingAdmissionPolicies, MutatingAdmissionPolicies and their bindings.
+// A nil *Policies knows of none.
+type Policies struct {
 	cache client.Reader
 	// mutating says the cluster serves MutatingAdmissionPolicies; where it
 	// does not, nothing they would stamp is ever verified.
 	mutating bool
 }
 
-// watchAdmissionPolicies registers the informers of admission policies'
-// metadata with mgr's cache (the mutating ones only where the cluster
-// serves them).
-func watchAdmissionPolicies(mgr ctrl.Manager) (*admissionPolicies, error) {
-	a := &admissionPolicies{cache: mgr.GetCache()}
-	kinds := []string{validatingPolicyKind}
+// Watch registers the informers of admission policies' metadata with mgr's
+// cache (the mutating ones only where the cluster serves them), and returns
+// what they tell.
+func Watch(mgr ctrl.Manager) (*Policies, error) {
+	a := &Policies{cache: mgr.GetCache()}
+	kinds := []string{ValidatingPolicy}
 	if _, err := mgr.GetRESTMapper().RESTMapping(admissionv1.SchemeGroupVersion.WithKind(mutatingPolicyKind).GroupKind(),
 		admissionv1.SchemeGroupVersion.Version); err == nil {
 		a.mutating = true
@@ -89,8 +88,8 @@ func admissionMetadata(kind string) *metav1.PartialObjectMetadata {
 // created, and whether the cache holds it; when it cannot tell, it says it
 // is not there. A read from the cache: an object deleted a moment ago may
 // still count, for the informer's lag.
-func (a *admissionPolicies) created(kind, name string) (time.Time, bool) {
-	if a == nil || (kind != validatingPolicyKind && !a.mutating) {
+func (a *Policies) created(kind, name string) (time.Time, bool) {
+	if a == nil || (kind != ValidatingPolicy && !a.mutating) {
 		return time.Time{}, false
 	}
 	obj := admissionMetadata(kind)
@@ -102,20 +101,20 @@ func (a *admissionPolicies) created(kind, name string) (time.Time, bool) {
 	return obj.CreationTimestamp.Time, true
 }
 
-// installed reports whether the cache holds the admission object of that
+// Installed reports whether the cache holds the admission object of that
 // kind and name.
-func (a *admissionPolicies) installed(kind, name string) bool {
+func (a *Policies) Installed(kind, name string) bool {
 	_, ok := a.created(kind, name)
 	return ok
 }
 
-// requestersVerifiedSince returns the instant after which a claim's
+// RequestersVerifiedSince returns the instant after which a claim's
 // spec.requester is the API server's word: settle after the later of the
 // creation of the buildlock-requester MutatingAdmissionPolicy and of its
 // binding, while both exist. Zero when either is missing, or the cluster
 // has no MutatingAdmissionPolicies: spec.requester is then a client's word,
 // and claims have no Identity (arbiter.Claim).
-func (a *admissionPolicies) requestersVerifiedSince(settle time.Duration) time.Time {
+func (a *Policies) RequestersVerifiedSince(settle time.Duration) time.Time {
 	policy, ok := a.created(mutatingPolicyKind, requesterPolicyName)
 	if !ok {
 		return time.Time{}
@@ -130,12 +129,12 @@ func (a *admissionPolicies) requestersVerifiedSince(settle time.Duration) time.T
 	return policy.Add(settle)
 }
 
-// unverify clears claims' ForceReleasedBy unless the policies that stamp
+// Unverify clears claims' ForceReleasedBy unless the policies that stamp
 // and guard it (buildlock-force-release) are installed: without them, the
 // stamp is anybody's word.
-func (a *admissionPolicies) unverify(claims []arbiter.Claim) {
+func (a *Policies) Unverify(claims []arbiter.Claim) {
 	stamped := slices.ContainsFunc(claims, func(c arbiter.Claim) bool { return c.ForceReleasedBy != "" })
-	if !stamped || a.installed(mutatingPolicyKind, forceReleasePolicyName) && a.installed(validatingPolicyKind, forceReleasePolicyName) {
+	if !stamped || a.Installed(mutatingPolicyKind, forceReleasePolicyName) && a.Installed(ValidatingPolicy, forceReleasePolicyName) {
 		return
 	}
 	for i := range claims {

@@ -1,4 +1,4 @@
-package controller
+package policy
 
 import (
 	"sync"
@@ -9,7 +9,7 @@ import (
 	"github.com/buildlock/buildlock/internal/arbiter"
 )
 
-// fenceMetrics are the fence prober's metrics.
+// fenceMetrics are the fence probe's metrics.
 type fenceMetrics struct {
 	probes  *prometheus.CounterVec
 	mu      sync.Mutex
@@ -33,8 +33,9 @@ func newFenceMetrics(reg prometheus.Registerer) *fenceMetrics {
 	return m
 }
 
-func (m *fenceMetrics) observeProbe(r probeResult) {
-	m.probes.WithLabelValues([...]string{"admitted", "refused", "paramMissing", "failed"}[r]).Inc()
+// observeProbe counts a probe by its result.
+func (m *fenceMetrics) observeProbe(result string) {
+	m.probes.WithLabelValues(result).Inc()
 }
 
 // set records the lock's Enforced reason; "" forgets the lock.

@@ -1,4 +1,4 @@
-package controller
+package policy
 
 import (
 	"strings"
@@ -11,7 +11,7 @@ import (
 	"github.com/buildlock/buildlock/internal/arbiter"
 )
 
-func TestPolicyFor(t *testing.T) {
+func TestFor(t *testing.T) {
 	lock := arbiter.Lock{Namespace: "ci", Target: "staging"}
 	policy := func(ordering buildlockv1.Ordering, maxHold time.Duration) *buildlockv1.BuildLockPolicy {
 		p := &buildlockv1.BuildLockPolicy{ObjectMeta: metav1.ObjectMeta{Name: "staging", Generation: 3}}
@@ -67,16 +67,16 @@ func TestPolicyFor(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			got := policyFor(tc.obj, lock, arbiter.Policy{Ordering: arbiter.NewestWins, MaxHold: time.Hour, LineMemory: time.Minute})
-			if got.arbiter != tc.want {
-				t.Errorf("policy %+v, want %+v", got.arbiter, tc.want)
+			got := For(tc.obj, lock, arbiter.Policy{Ordering: arbiter.NewestWins, MaxHold: time.Hour, LineMemory: time.Minute})
+			if got.Arbiter != tc.want {
+				t.Errorf("policy %+v, want %+v", got.Arbiter, tc.want)
 			}
 			if tc.obj == nil {
 				return
 			}
-			if got.ready.Status != tc.ready || got.ready.Reason != tc.reason || got.ready.ObservedGeneration != 3 ||
-				!strings.Contains(got.ready.Message, tc.mentions) {
-				t.Errorf("condition %+v, want %s %s mentioning %q", got.ready, tc.ready, tc.reason, tc.mentions)
+			if got.Ready.Status != tc.ready || got.Ready.Reason != tc.reason || got.Ready.ObservedGeneration != 3 ||
+				!strings.Contains(got.Ready.Message, tc.mentions) {
+				t.Errorf("condition %+v, want %s %s mentioning %q", got.Ready, tc.ready, tc.reason, tc.mentions)
 			}
 		})
 	}

@@ -1,17 +1,16 @@
-package controller
+package policy
 
 import (
 	"errors"
 	"testing"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/utils/ptr"
 
 	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
 	"github.com/buildlock/buildlock/internal/arbiter"
+	"github.com/buildlock/buildlock/internal/controller/grant"
 )
 
 func TestReadProbe(t *testing.T) {
@@ -29,16 +28,16 @@ func TestReadProbe(t *testing.T) {
 	for name, tc := range map[string]struct {
 		err    error
 		result probeResult
-		fence  grantFence
+		fence  grant.Fence
 	}{
 		"admitted": {result: probeAdmitted},
 		"refused with the grant": {
 			err:    refusal(ours, "buildlock-probe;token=3;holder=shop-41/uid-1;writer-pod=pod-1;accounts=pipeline;writer-user="),
-			result: probeRefused, fence: grantFence{token: "3", holder: "shop-41/uid-1", writerPod: "pod-1", accounts: "pipeline"},
+			result: probeRefused, fence: grant.Fence{Token: "3", Holder: "shop-41/uid-1", WriterPod: "pod-1", Accounts: "pipeline"},
 		},
 		"a user name may hold any character, the separator too": {
 			err:    refusal(ours, "buildlock-probe;token=1;holder=;writer-pod=;accounts=*;writer-user=https://idp#a;b=c"),
-			result: probeRefused, fence: grantFence{token: "1", accounts: "*", writerUser: "https://idp#a;b=c"},
+			result: probeRefused, fence: grant.Fence{Token: "1", Accounts: "*", WriterUser: "https://idp#a;b=c"},
 		},
 		"the grant Lease is missing": {
 			err:    invalid(ours, "failed to configure binding: no params found for policy binding with `Deny` parameterNotFoundAction"),
@@ -68,22 +67,6 @@ func TestReadProbe(t *testing.T) {
 				t.Errorf("readProbe = %v %+v, want %v %+v", result, fence, tc.result, tc.fence)
 			}
 		})
-	}
-}
-
-func TestFenceOfMatchesTheProbesFields(t *testing.T) {
-	lease := &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
-			writerPodAnnotation: "pod-1", serviceAccountsAnnotation: "pipeline", writerUserAnnotation: "u",
-		}},
-		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("shop-41/uid-1"), LeaseTransitions: ptr.To(int32(7))},
-	}
-	want := grantFence{token: "7", holder: "shop-41/uid-1", writerPod: "pod-1", accounts: "pipeline", writerUser: "u"}
-	if got := fenceOf(lease); got != want {
-		t.Errorf("fenceOf = %+v, want %+v", got, want)
-	}
-	if got := fenceOf(&coordinationv1.Lease{}); got != (grantFence{token: "0"}) {
-		t.Errorf("fenceOf(an empty Lease) = %+v, want token 0 as buildlock-enforce says it", got)
 	}
 }
 

@@ -1,0 +1,125 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
+	"github.com/buildlock/buildlock/internal/arbiter"
+	"github.com/buildlock/buildlock/internal/controller/grant"
+)
+
+// granter writes a decision's grant: the one write that moves the lock.
+type granter struct {
+	// client writes the Lease.
+	client client.Client
+	// memory is what this manager remembers of the Leases.
+	memory *grant.Memory
+	// decider decides again, on live reads, when a write lost a race.
+	decider decider
+	// metrics receives what happened; nil records nothing.
+	metrics *Metrics
+}
+
+// apply writes the grant of decision d, taken on obs: when d changes it, as
+// a compare-and-swap on the Lease d was computed from (on a lost race it
+// decides again on live reads at once, rather than after a requeue, for a
+// hand-off waits, and tries once more); and whenever the Lease does not
+// carry exactly the grant and the policy's enforcement (someone else's edit
+// is undone, as a compare-and-swap on what was read, and an enforced lock
+// always has a Lease: a free lock then refuses every pipeline write). It
+// returns the observation and decision that stand; a lock whose Lease name
+// someone else's Lease takes (obs.foreign) is not written.
+func (g granter) apply(ctx context.Context, lock arbiter.Lock, obs observation, d arbiter.Decision, now time.Time) (observation, arbiter.Decision, error) {
+	lease := obs.lease
+	if d.GrantChanged {
+		var err error
+		if obs, d, lease, err = g.writeChange(ctx, lock, obs, d, now); err != nil {
+			if !lostRace(err) {
+				g.metrics.observeGrantWriteError()
+			}
+			return obs, d, err
+		}
+		if obs.foreign != nil {
+			return obs, d, nil
+		}
+	}
+	if !grant.Current(lock, lease, d.Grant, obs.policy.Enforce) {
+		if _, err := grant.Write(ctx, g.client, g.memory, lock, lease, d.Grant, obs.policy.Enforce, now); err != nil {
+			return obs, d, err
+		}
+	}
+	g.rememberTokens(lock, obs, d)
+	return obs, d, nil
+}
+
+// writeChange writes the grant of d, which changes it, and returns the
+// observation and decision that stand and the Lease after the write.
+func (g granter) writeChange(ctx context.Context, lock arbiter.Lock, obs observation, d arbiter.Decision, now time.Time) (observation, arbiter.Decision, *coordinationv1.Lease, error) {
+	lease, err := grant.Write(ctx, g.client, g.memory, lock, obs.lease, d.Grant, obs.policy.Enforce, now)
+	if lostRace(err) {
+		if obs, d, err = g.decider.decideLive(ctx, lock, obs, now); err != nil || obs.foreign != nil {
+			return obs, d, nil, err
+		}
+		lease = obs.lease
+		if d.GrantChanged {
+			lease, err = grant.Write(ctx, g.client, g.memory, lock, obs.lease, d.Grant, obs.policy.Enforce, now)
+		}
+	}
+	if err == nil && d.GrantChanged {
+		log := logf.FromContext(ctx)
+		log.V(1).Info("Recorded grant", "holder", d.Grant.Holder, "fencingToken", d.Grant.Token)
+		if d.Repair != "" {
+			// Someone deleted or edited the record: say so, once per repair.
+			log.Info("Restored the grant record from the claims", "repair", d.Repair, "holder", d.Grant.Holder, "fencingToken", d.Grant.Token)
+			g.metrics.observeRepair(d.Repair)
+		}
+	}
+	return obs, d, lease, err
+}
+
+// rememberTokens remembers the highest token the lock shows: its Lease's,
+// its claims', and the decision's grant (written by now).
+func (g granter) rememberTokens(lock arbiter.Lock, obs observation, d arbiter.Decision) {
+	highest := max(d.Grant.Token, buildlockv1.GrantToken(obs.lease))
+	for i := range obs.claims {
+		highest = max(highest, obs.claims[i].Status.FencingToken)
+	}
+	g.memory.ObserveToken(lock, highest)
+}
+
+// lostRace reports whether err is a write that lost a race with another
+// writer: a Conflict (including a delete precondition that no longer
+// holds), AlreadyExists, or NotFound for an update of a Lease deleted
+// meanwhile (the idle Lease's collection, or a person).
+func lostRace(err error) bool {
+	return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsNotFound(err)
+}
+
+// foreignLeaseDecision is the decision for a lock whose grant Lease name is
+// taken by a Lease buildlock did not create: nothing is granted, ended or
+// written to that Lease; every claim still Pending says why. It has no
+// receiver, to facilitate testing.
+func foreignLeaseDecision(lock arbiter.Lock, obs observation) arbiter.Decision {
+	foreign := obs.foreign
+	message := fmt.Sprintf("Lease %s/%s exists but was not created by buildlock (it has no label %s=%s): the lock of target %s "+
+		"cannot be granted while it is there, and buildlock never takes it over. Delete that Lease, or claim another "+
+		"target; until then this claim stays Pending.", foreign.Namespace, foreign.Name, grant.ManagedByLabel, grant.ManagedByValue, lock.Target)
+	var d arbiter.Decision
+	for i := range obs.claims {
+		bl := &obs.claims[i]
+		phase := arbiter.Phase(bl.Status.Phase)
+		v := arbiter.Verdict{Name: bl.Name, UID: string(bl.UID), From: phase, Phase: phase}
+		if phase == "" || phase == arbiter.Pending {
+			v.From, v.Phase, v.Reason, v.Message = arbiter.Pending, arbiter.Pending, buildlockv1.ReasonForeignLease, message
+		}
+		d.Verdicts = append(d.Verdicts, v)
+	}
+	return d
+}

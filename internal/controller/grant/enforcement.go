@@ -1,0 +1,122 @@
+package grant
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/utils/ptr"
+
+	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
+	"github.com/buildlock/buildlock/internal/arbiter"
+)
+
+// Enforcement is carried by the grant Lease itself, the parameter of the
+// buildlock-enforce ValidatingAdmissionPolicy (config/enforcement), in the
+// grant's own compare-and-swap, so that admission can never be ahead of the
+// grant.
+const (
+	// enforcedLabel on a grant Lease marks an enforced lock, for the
+	// buildlock-claims policy, which lets pipelines touch only their own
+	// claims in a namespace with an enforced lock.
+	enforcedLabel = "buildlock.io/enforced"
+	// serviceAccountsAnnotation on an enforced grant Lease lists the
+	// claims namespace's pipeline service accounts ("*": all of them).
+	serviceAccountsAnnotation = "buildlock.io/enforced-service-accounts"
+	// writerPodAnnotation and writerUserAnnotation record the holder's
+	// Writer (arbiter.Grant.Writer) in the grant's compare-and-swap.
+	writerPodAnnotation  = "buildlock.io/writer-pod-uid"
+	writerUserAnnotation = "buildlock.io/writer-username"
+)
+
+// Enforcement is what a lock's policy asks of the API server: nil when it
+// enforces nothing.
+type Enforcement struct {
+	// serviceAccounts is serviceAccountsAnnotation's value.
+	serviceAccounts string
+}
+
+// EnforcementOf returns the policy's enforcement (nil: no policy, or one
+// that enforces nothing).
+func EnforcementOf(p *buildlockv1.BuildLockPolicy) *Enforcement {
+	if p == nil || p.Spec.Enforce == nil {
+		return nil
+	}
+	accounts := slices.Clone(p.Spec.Enforce.ServiceAccounts)
+	slices.Sort(accounts)
+	if len(accounts) == 0 {
+		return &Enforcement{serviceAccounts: "*"}
+	}
+	return &Enforcement{serviceAccounts: strings.Join(slices.Compact(accounts), ",")}
+}
+
+// WriterOf is who may write into an enforced target while claim bl holds
+// it: its pod, when it has one (by UID: an enforced target requires
+// podRef.uid); else its requester's pod, when the requester's token was
+// bound to one; else its requester.
+func WriterOf(bl *buildlockv1.BuildLock) arbiter.Writer {
+	switch r := bl.Spec.Requester; {
+	case bl.Spec.PodRef != nil:
+		return arbiter.Writer{PodUID: bl.Spec.PodRef.UID}
+	case r == nil:
+		return arbiter.Writer{}
+	case r.PodUID != "":
+		return arbiter.Writer{PodUID: r.PodUID}
+	default:
+		return arbiter.Writer{Username: r.Username}
+	}
+}
+
+// setEnforcement writes the lock's enforcement onto the Lease: the
+// service-account annotation and the enforced label, or neither.
+func setEnforcement(lease *coordinationv1.Lease, e *Enforcement) {
+	if e == nil {
+		delete(lease.Annotations, serviceAccountsAnnotation)
+		delete(lease.Labels, enforcedLabel)
+		return
+	}
+	if lease.Annotations == nil {
+		lease.Annotations = map[string]string{}
+	}
+	lease.Annotations[serviceAccountsAnnotation] = e.serviceAccounts
+	lease.Labels[enforcedLabel] = "true"
+}
+
+// EnforcementCurrent reports whether the Lease (nil: none) carries exactly
+// e.
+func EnforcementCurrent(lease *coordinationv1.Lease, e *Enforcement) bool {
+	if lease == nil {
+		return e == nil
+	}
+	accounts, annotated := lease.Annotations[serviceAccountsAnnotation]
+	_, labeled := lease.Labels[enforcedLabel]
+	if e == nil {
+		return !annotated && !labeled
+	}
+	return labeled && accounts == e.serviceAccounts
+}
+
+// Enforced reports whether the Lease carries an enforcement (its enforced
+// label).
+func Enforced(lease *coordinationv1.Lease) bool {
+	_, labeled := lease.GetLabels()[enforcedLabel]
+	return labeled
+}
+
+// Fence is what of a grant Lease the buildlock-enforce policy enforces, as
+// its refusal of the fence probe spells it out, field by field.
+type Fence struct {
+	Token, Holder, WriterPod, Accounts, WriterUser string
+}
+
+// FenceOf is the fence that lease asks admission for.
+func FenceOf(lease *coordinationv1.Lease) Fence {
+	return Fence{
+		Token:      strconv.FormatInt(buildlockv1.GrantToken(lease), 10),
+		Holder:     ptr.Deref(lease.Spec.HolderIdentity, ""),
+		WriterPod:  lease.Annotations[writerPodAnnotation],
+		Accounts:   lease.Annotations[serviceAccountsAnnotation],
+		WriterUser: lease.Annotations[writerUserAnnotation],
+	}
+}

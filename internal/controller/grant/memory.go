@@ -1,0 +1,142 @@
+package grant
+
+import (
+	"slices"
+	"sync"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
+	"github.com/buildlock/buildlock/internal/arbiter"
+)
+
+// Memory is what a manager remembers of the grant Leases while it runs: the
+// highest fencing token it has seen for each lock and each namespace's
+// token floor, so that a Lease a person deletes or edits never makes a
+// token repeat (they are the arbiter's Grant.Floor, and what a deleted floor
+// Lease is restored to); and the resourceVersions of its own latest writes
+// of each Lease, so that the Lease watches pass on everybody else's writes
+// and not its own. It only grows from what the API server returned (Lease
+// events, claims, its own writes), so it is never stale in the harmful
+// direction: a token above it is only ever skipped, never repeated.
+//
+// A nil Memory remembers nothing. Entries go with what they describe: a
+// lock's token once the lock has no Lease and no claim and the namespace's
+// floor holds it (ForgetUpTo), a write once its Lease is deleted. So the
+// memory does not grow with throw-away targets.
+type Memory struct {
+	mu     sync.Mutex
+	tokens map[arbiter.Lock]int64
+	floors map[string]int64
+	// written holds the resourceVersions of this manager's latest writes
+	// of each Lease (a few: the watch may deliver one after the next write).
+	written map[types.NamespacedName][]string
+}
+
+// ownWritesKept is how many of its latest writes of one Lease a manager
+// recognizes as its own.
+const ownWritesKept = 4
+
+// NewMemory returns an empty memory.
+func NewMemory() *Memory {
+	return &Memory{tokens: map[arbiter.Lock]int64{}, floors: map[string]int64{}, written: map[types.NamespacedName][]string{}}
+}
+
+// Observe remembers the token of a grant Lease or of a token floor Lease
+// (whatever its state, even a deleted one's last).
+func (m *Memory) Observe(lease *coordinationv1.Lease) {
+	token := buildlockv1.GrantToken(lease)
+	if m == nil || token <= 0 {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if lease.Name == TokenFloorLease {
+		m.floors[lease.Namespace] = max(m.floors[lease.Namespace], token)
+		return
+	}
+	if target, ok := TargetOf(lease); ok {
+		lock := arbiter.Lock{Namespace: lease.Namespace, Target: target}
+		m.tokens[lock] = max(m.tokens[lock], token)
+	}
+}
+
+// ObserveToken remembers that token was seen for lock.
+func (m *Memory) ObserveToken(lock arbiter.Lock, token int64) {
+	if m == nil || token <= 0 {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.tokens[lock] = max(m.tokens[lock], token)
+}
+
+// Highest is the highest token seen for lock (0 if none).
+func (m *Memory) Highest(lock arbiter.Lock) int64 {
+	if m == nil {
+		return 0
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.tokens[lock]
+}
+
+// Floor is the highest token floor seen in namespace (0 if none).
+func (m *Memory) Floor(namespace string) int64 {
+	if m == nil {
+		return 0
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.floors[namespace]
+}
+
+// ForgetUpTo drops what is remembered of lock if it is no higher than
+// floor, a token the namespace's floor holds: the floor keeps it from then
+// on. A token seen meanwhile (a Lease created again) is kept.
+func (m *Memory) ForgetUpTo(lock arbiter.Lock, floor int64) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.tokens[lock] <= floor {
+		delete(m.tokens, lock)
+	}
+}
+
+// Wrote records this manager's write of lease (its resourceVersion after
+// the write), and remembers its token.
+func (m *Memory) Wrote(lease *coordinationv1.Lease) {
+	if m == nil {
+		return
+	}
+	m.Observe(lease)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	key := client.ObjectKeyFromObject(lease)
+	recent := append(m.written[key], lease.ResourceVersion)
+	m.written[key] = recent[max(0, len(recent)-ownWritesKept):]
+}
+
+// Own reports whether lease is as this manager last wrote it.
+func (m *Memory) Own(lease client.Object) bool {
+	if m == nil {
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Contains(m.written[client.ObjectKeyFromObject(lease)], lease.GetResourceVersion())
+}
+
+// Deleted forgets this manager's writes of a Lease that is gone.
+func (m *Memory) Deleted(lease client.Object) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.written, client.ObjectKeyFromObject(lease))
+}

@@ -1,0 +1,77 @@
+package grant
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/buildlock/buildlock/internal/arbiter"
+)
+
+// Write records grant in the lock's Lease as a compare-and-swap: an update
+// carries the resourceVersion of read, the Lease the decision was computed
+// from, and a create (read is nil) fails if another writer created the Lease
+// first. Either way a concurrent writer makes this call fail with a
+// Conflict or AlreadyExists error, and the caller decides again. The Lease
+// carries e, the lock's enforcement, in the same write; its renewTime says
+// when it was last written (the idle Lease's retention counts from it).
+func Write(ctx context.Context, c client.Client, mem *Memory, lock arbiter.Lock, read *coordinationv1.Lease, grant arbiter.Grant, e *Enforcement, now time.Time) (*coordinationv1.Lease, error) {
+	lease, err := desiredLease(lock, read, grant, e)
+	if err != nil {
+		return nil, err
+	}
+	lease.Spec.RenewTime = &metav1.MicroTime{Time: now}
+	if err := compareAndSwap(ctx, c, lease, read != nil); err != nil {
+		return nil, fmt.Errorf("writing grant Lease %s/%s: %w", lease.Namespace, lease.Name, err)
+	}
+	mem.Wrote(lease)
+	return lease, nil
+}
+
+// RaiseTokenFloor makes the namespace's token floor at least token, as a
+// compare-and-swap on what ReadTokenFloor returned (read, floor).
+func RaiseTokenFloor(ctx context.Context, c client.Client, mem *Memory, namespace string, read *coordinationv1.Lease, floor, token int64) error {
+	if token <= floor && read != nil {
+		return nil
+	}
+	if token > math.MaxInt32 {
+		return fmt.Errorf("token floor %d of namespace %q does not fit a Lease", token, namespace)
+	}
+	lease := &coordinationv1.Lease{}
+	if read != nil {
+		lease = read.DeepCopy()
+	} else {
+		lease.Namespace, lease.Name = namespace, TokenFloorLease
+		lease.Labels = map[string]string{ManagedByLabel: ManagedByValue}
+	}
+	lease.Spec.LeaseTransitions = ptr.To(int32(max(floor, token)))
+	if lease.Labels[ManagedByLabel] != ManagedByValue {
+		// So that the cache, and the watch that restores a deleted floor,
+		// see it.
+		if lease.Labels == nil {
+			lease.Labels = map[string]string{}
+		}
+		lease.Labels[ManagedByLabel] = ManagedByValue
+	}
+	if err := compareAndSwap(ctx, c, lease, read != nil); err != nil {
+		return fmt.Errorf("raising the token floor of namespace %q to %d: %w", namespace, token, err)
+	}
+	mem.Wrote(lease)
+	return nil
+}
+
+// compareAndSwap writes a Lease that was read (an update carrying the
+// resourceVersion read, which fails with a Conflict if another writer came
+// first) or that was not there (a create, which fails with AlreadyExists).
+func compareAndSwap(ctx context.Context, c client.Client, lease *coordinationv1.Lease, read bool) error {
+	if read {
+		return c.Update(ctx, lease)
+	}
+	return c.Create(ctx, lease)
+}
