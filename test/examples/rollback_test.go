@@ -79,24 +79,8 @@ func TestGitLabComponentRollsBackOnPurpose(t *testing.T) {
 func TestJenkinsStepRollsBackOnPurpose(t *testing.T) {
 	marker := filepath.Join(t.TempDir(), "PWNED")
 	reason := rollbackReason(marker)
-	jenkinsfile := filepath.Join(t.TempDir(), "Jenkinsfile")
 	// The reason comes from a build parameter: an environment variable, data.
-	if err := os.WriteFile(jenkinsfile, []byte(`@Library('buildlock@v0.1.0') _
-pipeline {
-  agent { label 'deploy' }
-  stages {
-    stage('Roll back staging') {
-      steps {
-        buildlock(target: 'staging', rollback: true, reason: env.ROLLBACK_REASON) {
-          sh './deploy.sh staging'
-        }
-      }
-    }
-  }
-}
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	jenkinsfile := rollbackJenkinsfile(t, "rollback: true, reason: env.ROLLBACK_REASON")
 	s := newStubs(t)
 	run := runJenkinsfile(t, s, jenkinsfile, map[string]string{"ROLLBACK_REASON": reason})
 	assertNotRun(t, marker, run.output)
@@ -110,13 +94,26 @@ pipeline {
 	run = runJenkins(t, s, nil)
 	assertRollsBack(t, s.calls(t), nil, run.output)
 
-	if err := os.WriteFile(jenkinsfile, []byte(`@Library('buildlock@v0.1.0') _
+	s = newStubs(t)
+	run = runJenkinsfile(t, s, rollbackJenkinsfile(t, "rollback: true"), nil)
+	if run.result != "FAILURE" || len(acquires(s.calls(t))) != 0 {
+		t.Errorf("a rollback without a reason: result %s after %d acquires, want FAILURE before any", run.result, len(acquires(s.calls(t))))
+	}
+	assertContains(t, run.output, "rollback needs a reason")
+}
+
+// rollbackJenkinsfile writes a Jenkinsfile whose one stage rolls back
+// staging with the buildlock step given args, and returns its path.
+func rollbackJenkinsfile(t *testing.T, args string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "Jenkinsfile")
+	if err := os.WriteFile(path, []byte(`@Library('buildlock@v0.1.0') _
 pipeline {
   agent { label 'deploy' }
   stages {
     stage('Roll back staging') {
       steps {
-        buildlock(target: 'staging', rollback: true) {
+        buildlock(target: 'staging', `+args+`) {
           sh './deploy.sh staging'
         }
       }
@@ -126,12 +123,7 @@ pipeline {
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s = newStubs(t)
-	run = runJenkinsfile(t, s, jenkinsfile, nil)
-	if run.result != "FAILURE" || len(acquires(s.calls(t))) != 0 {
-		t.Errorf("a rollback without a reason: result %s after %d acquires, want FAILURE before any", run.result, len(acquires(s.calls(t))))
-	}
-	assertContains(t, run.output, "rollback needs a reason")
+	return path
 }
 
 func TestTektonTaskRollsBackOnPurposeOnItsPipelinesLine(t *testing.T) {
