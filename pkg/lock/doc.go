@@ -13,7 +13,7 @@
 //	})
 //	switch {
 //	case errors.Is(err, lock.ErrSuperseded):
-//		return nil // a newer build will deploy; this one stops here
+//		return err // this build must not deploy: err says why, and what to do
 //	case err != nil:
 //		return err
 //	}
