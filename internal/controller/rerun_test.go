@@ -136,7 +136,10 @@ var _ = Describe("Re-runs, rollbacks and second workflows", func() {
 	It("rolls back on purpose: the rollback holds, is recorded where it outlives its claim, and the line's next build deploys", func() {
 		ns := newNamespace()
 		reg := prometheus.NewRegistry()
-		startScopedManager(testenv.ManagerOptions{Registry: reg}, ns)
+		// No requester is verified within the test (the suite's requester
+		// policy settles after a day), so the rollback counts as unverified
+		// whenever the spec runs.
+		startScopedManager(testenv.ManagerOptions{Registry: reg, RequesterSettle: 24 * time.Hour}, ns)
 		createClaim(ns, "shop-42", claimOpts{repo: "acme/shop", build: 42, pod: "shop-42"})
 		expectPhase(ns, "shop-42", buildlockv1.PhaseHeld)
 		setPodPhase(ns, "shop-42", corev1.PodSucceeded)
