@@ -160,7 +160,8 @@ func (d *decider) rememberedLines() map[line]*LineRecord {
 		for k := range records {
 			if r := &records[k]; d.remembers(*r) {
 				l := line{r.Repo, r.Branch}
-				if old, ok := memory[l]; !ok || r.Build > old.Build {
+				// Of equal builds the later, as recordLine keeps it.
+				if old, ok := memory[l]; !ok || r.Build > old.Build || r.Build == old.Build && r.HeldAt.After(old.HeldAt) {
 					memory[l] = r
 				}
 			}
