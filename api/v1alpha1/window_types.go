@@ -216,6 +216,15 @@ const (
 	// ReasonFreezeStarted (phase Released) means a Deny window with holder
 	// Release started while the claim held the lock.
 	ReasonFreezeStarted = "FreezeStarted"
+	// ReasonOverridden is the reason of the Event recorded on a claim
+	// granted through a freeze by its override; its note names who
+	// overrode, why, and the freeze.
+	ReasonOverridden = "Overridden"
+	// ReasonFreezeBegan and ReasonFreezeEnded are the reasons of the Events
+	// recorded on a BuildLockPolicy when its target becomes frozen, and
+	// open again.
+	ReasonFreezeBegan = "FreezeBegan"
+	ReasonFreezeEnded = "FreezeEnded"
 )
 
 // Annotations of an override: a person lets one named claim be granted

@@ -31,6 +31,7 @@ type Metrics struct {
 	supersessions    *prometheus.CounterVec
 	releases         *prometheus.CounterVec
 	expiries         *prometheus.CounterVec
+	overrides        prometheus.Counter
 
 	clock clock.PassiveClock
 	mu    sync.Mutex
@@ -82,10 +83,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		expiries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "buildlock_expiries_total", Help: "Holds that expired, by reason.",
 		}, []string{"reason"}),
+		overrides: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "buildlock_overrides_total", Help: "Claims granted through a freeze by a person's override (kubectl buildlock override).",
+		}),
 		clock: clock.RealClock{},
 		locks: map[arbiter.Lock]lockState{},
 	}
-	reg.MustRegister(m.waitSeconds, m.holdSeconds, m.grants, m.grantWriteErrors, m.grantRepairs, m.supersessions, m.releases, m.expiries, lockCollector{m})
+	reg.MustRegister(m.waitSeconds, m.holdSeconds, m.grants, m.grantWriteErrors, m.grantRepairs, m.supersessions, m.releases, m.expiries, m.overrides, lockCollector{m})
 	return m
 }
 
@@ -206,6 +210,9 @@ func (m *Metrics) observeTransition(bl *buildlockv1.BuildLock, v arbiter.Verdict
 	switch v.Phase {
 	case arbiter.Held:
 		m.grants.Inc()
+		if v.Overridden {
+			m.overrides.Inc()
+		}
 		m.waitSeconds.Observe(now.Sub(bl.CreationTimestamp.Time).Seconds())
 	case arbiter.Superseded:
 		m.supersessions.WithLabelValues(v.Reason).Inc()

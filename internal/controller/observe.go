@@ -273,6 +273,7 @@ func toArbiterClaim(bl *buildlockv1.BuildLock, pods map[string]arbiter.PodState,
 	if bl.Status.AcquiredAt != nil {
 		c.AcquiredAt = bl.Status.AcquiredAt.Time
 	}
+	c.Override = overrideOf(bl)
 	if r := bl.Spec.Requester; r != nil && !verifiedSince.IsZero() && bl.CreationTimestamp.After(verifiedSince) {
 		c.Identity = r.Username
 	}
@@ -301,4 +302,20 @@ func toArbiterClaim(bl *buildlockv1.BuildLock, pods map[string]arbiter.PodState,
 		}
 	}
 	return c
+}
+
+// overrideOf is claim bl's override (its buildlock.io/override
+// annotations); the zero Override when it has none. An expiry that is not
+// an RFC 3339 time is zero, which voids the override.
+func overrideOf(bl *buildlockv1.BuildLock) arbiter.Override {
+	reason := bl.Annotations[buildlockv1.OverrideAnnotation]
+	if reason == "" {
+		return arbiter.Override{}
+	}
+	// Verified only with the policies that stamp it (admission.Policies.Unverify).
+	o := arbiter.Override{Reason: reason, By: bl.Annotations[buildlockv1.OverriddenByAnnotation]}
+	if t, err := time.Parse(time.RFC3339, bl.Annotations[buildlockv1.OverrideExpiresAnnotation]); err == nil {
+		o.Expires = t
+	}
+	return o
 }
