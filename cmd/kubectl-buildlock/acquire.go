@@ -69,6 +69,8 @@ type acquireOptions struct {
 	// command runs while the lock is held, when given after "--".
 	command              []string
 	timeout, gracePeriod time.Duration
+	// failIfFrozen gives up when the target is frozen (exit 7).
+	failIfFrozen bool
 	// notes are worth telling the user before acquiring.
 	notes []string
 }
@@ -84,6 +86,7 @@ func newAcquireCommand(o *acquireOptions) *cobra.Command {
 	fs.StringVar(&o.claim.Name, "name", "", "The BuildLock's name (default: derived from repo, branch, build and target).")
 	fs.DurationVar(&o.timeout, "timeout", 0, "How long to wait for the lock before giving up (exit 4, the claim is deleted); 0 waits until interrupted.")
 	fs.DurationVar(&o.claim.ExpiresAfter, "expires-after", 0, "For a claim without a pod: how long the hold lasts without renewal (10s to 24h). Default: 2m with -- CMD (renewed every third of it while it runs), else the API's 1h.")
+	fs.BoolVar(&o.failIfFrozen, "fail-if-frozen", false, "Give up at once (exit 7, the claim is deleted) when the target is frozen, rather than wait for it to open.")
 	fs.DurationVar(&o.gracePeriod, "grace-period", 10*time.Second, "With -- CMD: how long CMD has to exit after SIGTERM when the claim stops holding or the plugin dies, before SIGKILL; "+
 		"less than half of --expires-after for a claim without a pod.")
 	return cmd
@@ -208,6 +211,9 @@ func (o *acquireOptions) Run(ctx context.Context) error {
 	if len(o.command) > 0 {
 		opts = append(opts, lock.WithRenewDeadline(o.renewDeadline()))
 	}
+	if o.failIfFrozen {
+		opts = append(opts, lock.WithFailIfFrozen())
+	}
 	hold, err := lock.AcquireHold(waitCtx, c, o.claim, opts...)
 	stopWaiting()
 	wg.Wait()
@@ -260,7 +266,10 @@ func reportOutcome(stderr io.Writer, err error) error {
 		hint = otherRunHint(otherRun)
 	case errors.As(err, &timeout) && timeout.CleanupErr == nil:
 		hint = "Deleted the claim."
-	case !errors.Is(err, lock.ErrEnded) && !errors.Is(err, lock.ErrTimeout):
+	case errors.Is(err, lock.ErrFrozen):
+		hint = "Deleted the claim (--fail-if-frozen). A person can let a build through: kubectl buildlock override."
+
+	case !errors.Is(err, lock.ErrEnded) && !errors.Is(err, lock.ErrTimeout) && !errors.Is(err, lock.ErrFrozen):
 		return err
 	}
 	msg := err.Error()

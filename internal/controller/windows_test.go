@@ -242,3 +242,34 @@ var _ = Describe("Deploy windows", func() {
 		expectPhase(ns, order[0], buildlockv1.PhaseHeld)
 	})
 })
+
+var _ = Describe("An enforced freeze", func() {
+	It("refuses a pipeline's write into the frozen target, saying until when and why, and admits a person's", func() {
+		ci := newNamespace()
+		target := "stg-" + ci[len("bl-"):]
+		namespaceNamed(target, map[string]string{buildlockv1.LockedByLabel: ci})
+		pipeline := "system:serviceaccount:" + ci + ":pipeline"
+		person := identity{user: "alice"}
+		for _, ns := range []string{ci, target} {
+			grantAll(ns, pipeline)
+			grantAll(ns, person.user)
+		}
+		shop := createPod(ci, "shop-41")
+		startScopedManager(testenv.ManagerOptions{}, ci)
+		end := time.Now().Add(2 * time.Hour).Truncate(time.Second)
+		policy := &buildlockv1.BuildLockPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ci, Name: target}}
+		policy.Spec.Enforce = &buildlockv1.Enforcement{ServiceAccounts: []string{"pipeline"}}
+		policy.Spec.Windows = []buildlockv1.Window{oneOff(buildlockv1.WindowDeny, "holiday", "holiday freeze", time.Now().Add(-time.Minute), end)}
+		Expect(k8sClient.Create(ctx, policy)).To(Succeed())
+
+		bl := newClaim(ci, "shop-41", claimOpts{target: target, repo: "acme/shop", build: 41})
+		bl.Spec.PodRef = &buildlockv1.PodReference{Name: shop.Name, UID: string(shop.UID)}
+		Expect(identity{user: pipeline, pod: shop}.client().Create(ctx, bl)).To(Succeed())
+		expectFrozen(ci, "shop-41")
+
+		until := end.UTC().Format(time.RFC3339)
+		Eventually(func() error { return deploy(identity{user: pipeline, pod: shop}, target, "during-freeze") }).
+			Should(beRefusedWith("namespace "+target+" is frozen until "+until+" (holiday freeze)", "kubectl buildlock override -n "+ci))
+		Expect(deploy(person, target, "from-alice")).To(Succeed(), "a person's writes stay admitted")
+	})
+})
