@@ -91,7 +91,7 @@ func For(obj *buildlockv1.BuildLockPolicy, lock arbiter.Lock, defaults arbiter.P
 	p.Ready.Status, p.Ready.Reason = metav1.ConditionTrue, buildlockv1.ReasonApplied
 	p.Ready.Message = fmt.Sprintf("BuildLocks for target %s follow the ordering %s, with %s.", lock.Target, ordering, limit)
 	if windows != nil {
-		p.Ready.Message += fmt.Sprintf(" Its %d deploy windows apply.", len(obj.Spec.Windows))
+		p.Ready.Message += fmt.Sprintf(" Its %d deploy windows are in effect.", len(obj.Spec.Windows))
 	}
 	return p
 }
