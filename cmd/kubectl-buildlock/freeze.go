@@ -141,8 +141,9 @@ func (o *unfreezeOptions) Run(ctx context.Context) error {
 }
 
 var overrideLong = fmt.Sprintf(`Let one claim be granted through a freeze of its target: break-glass, for
-people. The claim is granted when it is next in line (it pre-empts no holder),
-once, and the override lapses unused after --for (at most %s).
+people. The claim is granted once the lock is free (it pre-empts no holder),
+ahead of the claims the freeze holds back, once; the override lapses unused
+after --for (at most %s).
 
 The BuildLock is annotated %s (the reason) and %s; the
 API server stamps %s with your user name (the buildlock-override
@@ -200,7 +201,7 @@ func (o *overrideOptions) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(o.f.streams.ErrOut, "Overrode the freeze for BuildLock %s/%s until %s (%s): it is granted when it is next in line.\n",
+	fmt.Fprintf(o.f.streams.ErrOut, "Overrode the freeze for BuildLock %s/%s until %s (%s): it is granted once the lock is free.\n",
 		r.Namespace, r.Name, r.Expires.Format(time.RFC3339), o.reason)
 	return nil
 }

@@ -32,13 +32,8 @@ func (d *decider) message(i int, grant Grant) string {
 		w := d.sentence("Queued for ", target, " behind ")
 		w.build(d.claims[ahead], false)
 		return w.done(".", d.overriddenNote(c))
-	case ReasonFrozen:
-		// The words the issue gives, which pipelines may match on.
-		return target + " is frozen " + d.policy.Freeze.Describe() + "; this build keeps its place" + d.voidOverrideNote(c)
-	case ReasonFreezeStarted:
-		f := d.policy.Freeze
-		return fmt.Sprintf("%s froze at %s (%s; its window %s says holder: Release): the hold of %s ends; stop deploying.",
-			target, f.ReleaseSince.Format(time.RFC3339), f.Describe(), f.ReleaseWindow, build(c))
+	case ReasonFrozen, ReasonFreezeStarted:
+		return d.freezeMessage(c, v.Reason)
 	case ReasonSupersededByNewerBuild, ReasonDuplicateBuild:
 		return d.supersededMessage(i)
 	case ReasonLineOwnedByOther:
@@ -91,6 +86,18 @@ func (d *decider) message(i int, grant Grant) string {
 	return "" // Rule 8: a terminal claim keeps its stored message.
 }
 
+// freezeMessage is the message of a claim that waits because its target
+// is frozen, or whose hold a freeze ended (rule 12).
+func (d *decider) freezeMessage(c *Claim, reason string) string {
+	target, f := d.lock.Target, d.policy.Freeze
+	if reason == ReasonFrozen {
+		// The words the issue gives, which pipelines may match on.
+		return target + " is frozen " + f.Describe() + "; this build keeps its place" + d.voidOverrideNote(c)
+	}
+	return fmt.Sprintf("%s froze at %s (%s; its window %s says holder: Release): the hold of %s ends; stop deploying.",
+		target, f.ReleaseSince.Format(time.RFC3339), f.Describe(), f.ReleaseWindow, build(c))
+}
+
 // heldMessage tells the holder to deploy, and until when it may; a holder
 // with an override while the target is frozen, that it holds through the
 // freeze, and by whose override.
@@ -98,7 +105,7 @@ func (d *decider) heldMessage(c *Claim, v *Verdict, grant Grant) string {
 	_, reason := holdDeadline(c, grant.AcquiredAt, d.now, d.policy.MaxHold)
 	holding := fmt.Sprintf("Holding %s with fencing token %d", d.lock.Target, grant.Token)
 	if o := c.Override; d.policy.Freeze.Frozen && o.Reason != "" {
-		holding += fmt.Sprintf(" through its freeze (%s), overridden by %s (%s)", d.policy.Freeze.Describe(), overrider(o), quote(o.Reason))
+		holding += fmt.Sprintf(" through its freeze %s, overridden by %s (%s)", d.policy.Freeze.Describe(), overrider(o), quote(o.Reason))
 	}
 	switch {
 	case v.ExpiresAt.IsZero():

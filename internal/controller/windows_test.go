@@ -149,7 +149,7 @@ var _ = Describe("Deploy windows", func() {
 		// Move the manager's clock to the coming Saturday, noon in New York.
 		now := time.Now().In(ny)
 		saturday := time.Date(now.Year(), now.Month(), now.Day()+int(time.Saturday-now.Weekday()+7)%7, 12, 0, 0, 0, ny)
-		clock.advance(saturday.Sub(time.Now()))
+		clock.advance(time.Until(saturday))
 		createClaim(ns, "web-7", claimOpts{repo: "acme/web", build: 7, pod: "web-7"})
 		web := expectFrozen(ns, "web-7")
 		Expect(web.Status.Message).To(ContainSubstring("outside its Allow windows"))

@@ -18,7 +18,7 @@ import (
 	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
 )
 
-// ErrNotFrozen: unfreeze found no ad-hoc freeze on the target.
+// ErrNotFrozen is Unfreeze finding no ad-hoc freeze on the target.
 var ErrNotFrozen = errors.New("no ad-hoc freeze on the target")
 
 // FreezePrefix starts the name of every window Freeze adds.
@@ -212,8 +212,8 @@ func FreezeOf(p *buildlockv1.BuildLockPolicy) string {
 	return fmt.Sprintf("%s is frozen %s (%s)", p.Name, until, why)
 }
 
-// ErrFrozen: with WithFailIfFrozen, the claim's target is frozen; the claim
-// was deleted.
+// ErrFrozen is the outcome of Acquire with WithFailIfFrozen when the
+// claim's target is frozen: the claim was deleted.
 var ErrFrozen = errors.New("the target is frozen")
 
 // FrozenError is the ErrFrozen outcome.

@@ -61,7 +61,7 @@ func For(obj *buildlockv1.BuildLockPolicy, lock arbiter.Lock, defaults arbiter.P
 	p.Object = obj
 	p.Enforce = grant.EnforcementOf(obj)
 	p.Ready = metav1.Condition{Type: buildlockv1.ConditionReady, ObservedGeneration: obj.Generation}
-	windows, windowsErr := compileWindows(obj.Spec.Windows)
+	windows, windowsErr := windowsOf(obj)
 	p.Windows = windows
 	ordering, ok := orderings[obj.Spec.Ordering]
 	if !ok {

@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
 	"github.com/buildlock/buildlock/internal/arbiter"
@@ -21,6 +23,34 @@ type Windows struct {
 	// invalid says a window cannot be evaluated: the target is frozen until
 	// the policy is fixed.
 	invalid bool
+}
+
+// compiledWindows holds each policy's windows as last compiled, by the
+// policy's namespace and name: both controllers read a lock's policy on
+// every reconcile, and its windows change only with its generation. One
+// entry per policy name seen (a deleted policy's stays, and is replaced if
+// the name comes back).
+var compiledWindows sync.Map
+
+// compiledEntry is one policy generation's windows.
+type compiledEntry struct {
+	uid        types.UID
+	generation int64
+	windows    *Windows
+	err        error
+}
+
+// windowsOf is obj's windows, compiled once per generation (compileWindows).
+func windowsOf(obj *buildlockv1.BuildLockPolicy) (*Windows, error) {
+	key := types.NamespacedName{Namespace: obj.Namespace, Name: obj.Name}
+	if e, ok := compiledWindows.Load(key); ok {
+		if e := e.(compiledEntry); e.uid == obj.UID && e.generation == obj.Generation && obj.Generation != 0 {
+			return e.windows, e.err
+		}
+	}
+	w, err := compileWindows(obj.Spec.Windows)
+	compiledWindows.Store(key, compiledEntry{uid: obj.UID, generation: obj.Generation, windows: w, err: err})
+	return w, err
 }
 
 // compileWindows compiles the policy's windows; nil when it has none. The
