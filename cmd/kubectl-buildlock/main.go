@@ -99,6 +99,8 @@ func newRootCommand(f *factory) *cobra.Command {
 		newUnfreezeCommand(&unfreezeOptions{f: f}),
 		newOverrideCommand(&overrideOptions{f: f}),
 		newVersionCommand(&versionOptions{f: f}),
+		newOIDCTokenCommand(&oidcTokenOptions{f: f}),
+		newOIDCKubeconfigCommand(&oidcKubeconfigOptions{f: f}),
 	)
 	return root
 }
