@@ -12,7 +12,9 @@
 // once, in rule.go); writes the grant as a compare-and-swap on the lock's
 // Lease (granter, apply.go); then each claim's status, each write
 // conditional on the resourceVersion it was computed from (statusWriter,
-// status.go); and looks again when the decision says.
+// status.go); and looks again when the decision says, or at the next edge
+// of the policy's deploy windows (policy.Windows), whichever comes first:
+// a freeze is looked for, not polled for.
 //
 // The side jobs are controllers of their own, beside it, so that none waits
 // for a decision or stops one when it fails: the policy controller (package

@@ -205,6 +205,15 @@ var _ = Describe("Deploy windows", func() {
 		Expect(override(pipeline.client(), ns, "web-7", "let me through", time.Now().Add(time.Minute))).
 			To(beRefusedWith("Overriding a freeze is for people"))
 
+		// A CI identity (an OIDC token that names its repository) is a pipeline too.
+		ciCfg := identity{user: "github:acme/web"}.config()
+		ciCfg.Impersonate.Extra = map[string][]string{"buildlock.io/repository": {"acme/web"}}
+		grantAll(ns, "github:acme/web")
+		ci, err := client.New(ciCfg, client.Options{Scheme: scheme})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(override(ci, ns, "web-7", "let me through", time.Now().Add(time.Minute))).
+			To(beRefusedWith("Overriding a freeze is for people"))
+
 		bl := &buildlockv1.BuildLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web-7"}}
 		forged := fmt.Sprintf(`{"metadata":{"annotations":{%q:"alice@example.com"}}}`, buildlockv1.OverriddenByAnnotation)
 		Expect(identity{user: "bob"}.client().Patch(ctx, bl, client.RawPatch(types.MergePatchType, []byte(forged)))).
