@@ -1,0 +1,150 @@
+package testenv
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+)
+
+// DocTable returns the rows of the first table under the heading titled
+// heading (any level) of the Markdown file at path, relative to the
+// repository root: one slice of trimmed cells per row, without the header
+// and separator rows. The docs tests hold the docs' factual claims to the
+// code through it.
+func DocTable(path, heading string) ([][]string, error) {
+	section, err := DocSection(path, heading)
+	if err != nil {
+		return nil, err
+	}
+	var rows [][]string
+	inTable := false
+	for _, line := range strings.Split(section, "\n") {
+		line = strings.TrimSpace(line)
+		if !strings.HasPrefix(line, "|") {
+			if inTable {
+				break
+			}
+			continue
+		}
+		if !inTable { // the header row
+			inTable = true
+			continue
+		}
+		cells := splitRow(line)
+		if len(cells) > 0 && strings.Trim(cells[0], "-: ") == "" {
+			continue // the separator row
+		}
+		rows = append(rows, cells)
+	}
+	if len(rows) == 0 {
+		return nil, fmt.Errorf("%s: no table under the heading %q", path, heading)
+	}
+	return rows, nil
+}
+
+// splitRow splits a table row into its trimmed cells; a pipe inside a code
+// span does not end a cell.
+func splitRow(line string) []string {
+	line = strings.TrimSuffix(strings.TrimPrefix(line, "|"), "|")
+	var cells []string
+	var cell strings.Builder
+	inCode := false
+	for _, r := range line {
+		switch {
+		case r == '`':
+			inCode = !inCode
+		case r == '|' && !inCode:
+			cells = append(cells, strings.TrimSpace(cell.String()))
+			cell.Reset()
+			continue
+		}
+		cell.WriteRune(r)
+	}
+	return append(cells, strings.TrimSpace(cell.String()))
+}
+
+// DocSection returns the text under the heading titled heading (any level)
+// of the Markdown file at path, relative to the repository root, up to the
+// next heading of the same or a higher level. Lines in fenced code blocks
+// are never headings.
+func DocSection(path, heading string) (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	data, err := os.ReadFile(filepath.Join(root, path))
+	if err != nil {
+		return "", err
+	}
+	var out []string
+	level := 0
+	for _, h := range Headings(string(data)) {
+		if level == 0 && h.Title == heading {
+			level = h.Level
+			out = append(out, h.Body)
+			continue
+		}
+		if level > 0 {
+			if h.Level <= level {
+				break
+			}
+			out = append(out, h.Body)
+		}
+	}
+	if level == 0 {
+		return "", fmt.Errorf("%s has no heading %q", path, heading)
+	}
+	return strings.Join(out, "\n"), nil
+}
+
+// Heading is one heading of a Markdown document and the text under it, up to
+// the next heading of any level.
+type Heading struct {
+	Level int
+	Title string
+	Body  string
+}
+
+var atxHeading = regexp.MustCompile(`^(#{1,6})\s+(.*?)\s*#*\s*$`)
+
+// Headings splits a Markdown document at its ATX headings; lines in fenced
+// code blocks are never headings. Text before the first heading is a
+// Heading of level 0.
+func Headings(doc string) []Heading {
+	headings := []Heading{{}}
+	var body []string
+	fence := ""
+	for _, line := range strings.Split(doc, "\n") {
+		trimmed := strings.TrimSpace(line)
+		switch {
+		case fence != "":
+			if strings.HasPrefix(trimmed, fence) {
+				fence = ""
+			}
+		case strings.HasPrefix(trimmed, "```"), strings.HasPrefix(trimmed, "~~~"):
+			fence = trimmed[:3]
+		default:
+			if m := atxHeading.FindStringSubmatch(line); m != nil {
+				headings[len(headings)-1].Body = strings.Join(body, "\n")
+				headings = append(headings, Heading{Level: len(m[1]), Title: m[2]})
+				body = nil
+				continue
+			}
+		}
+		body = append(body, line)
+	}
+	headings[len(headings)-1].Body = strings.Join(body, "\n")
+	return headings
+}
+
+// CodeSpan returns the text of the first code span (`...`) of s, if any.
+func CodeSpan(s string) (string, bool) {
+	_, rest, ok := strings.Cut(s, "`")
+	if !ok {
+		return "", false
+	}
+	span, _, ok := strings.Cut(rest, "`")
+	return span, ok
+}
