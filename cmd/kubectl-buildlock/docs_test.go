@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/buildlock/buildlock/internal/testenv"
+	"github.com/buildlock/buildlock/internal/doctest"
 )
 
 // TestTroubleshootingDocumentsEveryExitCode holds the exit-code table of
@@ -22,7 +22,7 @@ func TestTroubleshootingDocumentsEveryExitCode(t *testing.T) {
 		}
 	}
 
-	rows, err := testenv.DocTable("docs/troubleshooting.md", "Exit codes of the plugin")
+	rows, err := doctest.Table("docs/troubleshooting.md", "Exit codes of the plugin")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/buildlock/buildlock/internal/controller"
-	"github.com/buildlock/buildlock/internal/testenv"
+	"github.com/buildlock/buildlock/internal/doctest"
 )
 
 // TestOperationsDocumentsEveryFlag holds the flags table of
@@ -20,13 +20,13 @@ import (
 // duration: `1h` is 1h0m0s); a flag without a default (an empty string)
 // must say so in words, with no code span.
 func TestOperationsDocumentsEveryFlag(t *testing.T) {
-	rows, err := testenv.DocTable("docs/operations.md", "Flags and defaults")
+	rows, err := doctest.Table("docs/operations.md", "Flags and defaults")
 	if err != nil {
 		t.Fatal(err)
 	}
 	documented := map[string]string{}
 	for _, row := range rows {
-		name, ok := testenv.CodeSpan(row[0])
+		name, ok := doctest.CodeSpan(row[0])
 		if !ok || !strings.HasPrefix(name, "--") || len(row) < 3 {
 			t.Errorf("docs/operations.md: the flags table's row %q does not start with a flag in a code span", strings.Join(row, " | "))
 			continue
@@ -56,7 +56,7 @@ func TestOperationsDocumentsEveryFlag(t *testing.T) {
 // defaultProblem says how the default a table cell claims differs from the
 // flag's, or "" when it agrees.
 func defaultProblem(f *flag.Flag, cell string) string {
-	claimed, hasValue := testenv.CodeSpan(cell)
+	claimed, hasValue := doctest.CodeSpan(cell)
 	switch {
 	case f.DefValue == "" && hasValue:
 		return "the table says its default is `" + claimed + "`, but it has none (say what happens without it, in words)"

@@ -1,6 +1,11 @@
-package testenv
+// Package doctest reads the repository's Markdown docs for the tests that
+// hold the docs' factual claims (flags and defaults, exit codes, reasons,
+// platforms, what is watched) to the code: a claim that drifts from the code
+// fails a test.
+package doctest
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -8,13 +13,35 @@ import (
 	"strings"
 )
 
-// DocTable returns the rows of the first table under the heading titled
+// RepoRoot finds the repository root (the directory holding go.mod and
+// config/crd/bases) from the working directory upwards, so that tests in any
+// package find the docs, CRDs and binaries.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("finding the working directory: %w", err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			if _, err := os.Stat(filepath.Join(dir, "config", "crd", "bases")); err == nil {
+				return dir, nil
+			}
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod with config/crd/bases above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// Table returns the rows of the first table under the heading titled
 // heading (any level) of the Markdown file at path, relative to the
 // repository root: one slice of trimmed cells per row, without the header
 // and separator rows. The docs tests hold the docs' factual claims to the
 // code through it.
-func DocTable(path, heading string) ([][]string, error) {
-	section, err := DocSection(path, heading)
+func Table(path, heading string) ([][]string, error) {
+	section, err := Section(path, heading)
 	if err != nil {
 		return nil, err
 	}
@@ -65,11 +92,11 @@ func splitRow(line string) []string {
 	return append(cells, strings.TrimSpace(cell.String()))
 }
 
-// DocSection returns the text under the heading titled heading (any level)
+// Section returns the text under the heading titled heading (any level)
 // of the Markdown file at path, relative to the repository root, up to the
 // next heading of the same or a higher level. Lines in fenced code blocks
 // are never headings.
-func DocSection(path, heading string) (string, error) {
+func Section(path, heading string) (string, error) {
 	root, err := RepoRoot()
 	if err != nil {
 		return "", err
