@@ -23,12 +23,19 @@ import (
 	"github.com/buildlock/buildlock/internal/doctest"
 )
 
-// docs returns README.md and every Markdown file under docs/, relative to
-// the repository root.
+// docs returns the Markdown files at the repository's root (README.md,
+// CONTRIBUTING.md, SECURITY.md, ...) and every one under docs/, relative to
+// the root.
 func docs(t *testing.T, root string) []string {
 	t.Helper()
-	files := []string{"README.md"}
-	err := filepath.WalkDir(filepath.Join(root, "docs"), func(path string, d os.DirEntry, err error) error {
+	files, err := filepath.Glob(filepath.Join(root, "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, f := range files {
+		files[i] = filepath.Base(f)
+	}
+	err = filepath.WalkDir(filepath.Join(root, "docs"), func(path string, d os.DirEntry, err error) error {
 		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".md") {
 			rel, _ := filepath.Rel(root, path)
 			files = append(files, filepath.ToSlash(rel))
@@ -46,8 +53,8 @@ var (
 	codeSpan = regexp.MustCompile("`[^`]*`")
 )
 
-// TestRelativeLinksResolve checks that every relative link of README.md and
-// docs/ names a file or directory that exists, and, into a Markdown file,
+// TestRelativeLinksResolve checks that every relative link of the root's
+// Markdown files (README.md first) and of docs/ names a file or directory that exists, and, into a Markdown file,
 // one of its headings.
 func TestRelativeLinksResolve(t *testing.T) {
 	root, err := doctest.RepoRoot()
