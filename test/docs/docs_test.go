@@ -343,3 +343,59 @@ func platformsPhrase(targets []string) string {
 	}
 	return and(oses) + ", on " + and(arches)
 }
+
+// TestMetricsAndAlertsAreDocumented holds docs/operations.md's tables of
+// metrics and alerts to the code: a row for every metric the manager
+// defines (a "buildlock_..." name in internal/) and for every alert of the
+// chart's PrometheusRule, and none for another.
+func TestMetricsAndAlertsAreDocumented(t *testing.T) {
+	root, err := doctest.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var metrics []string
+	name := regexp.MustCompile(`"(buildlock_[a-z_]+)"`)
+	err = filepath.WalkDir(filepath.Join(root, "internal"), func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		data, err := os.ReadFile(path)
+		for _, m := range name.FindAllStringSubmatch(string(data), -1) {
+			metrics = append(metrics, m[1])
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rule, err := os.ReadFile(filepath.Join(root, "charts", "buildlock", "templates", "prometheusrule.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var alerts []string
+	for _, m := range regexp.MustCompile(`(?m)^\s*- alert: (\w+)`).FindAllStringSubmatch(string(rule), -1) {
+		alerts = append(alerts, m[1])
+	}
+	for _, tc := range []struct {
+		heading, source string
+		want            []string
+	}{
+		{"Metrics", "internal/", metrics},
+		{"Alerts", "charts/buildlock/templates/prometheusrule.yaml", alerts},
+	} {
+		rows, err := doctest.Table("docs/operations.md", tc.heading)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var documented []string
+		for _, row := range rows {
+			n, _ := doctest.CodeSpan(row[0])
+			documented = append(documented, n)
+		}
+		slices.Sort(documented)
+		want := slices.Compact(slices.Sorted(slices.Values(tc.want)))
+		if len(want) == 0 || !slices.Equal(documented, want) {
+			t.Errorf("docs/operations.md's %s table lists %v; %s defines %v", tc.heading, documented, tc.source, want)
+		}
+	}
+}
