@@ -1,7 +1,8 @@
 // Package docs holds the claims of README.md and docs/ that can drift from
 // the code to the code: every relative link resolves, the reasons and phases
 // are the API's, the plugin's platforms and release are the ones a release
-// publishes, and README's five minutes at the terminal run as written. The
+// publishes, the metrics and alerts are the manager's and the chart's, and
+// README's five minutes at the terminal run as written. The
 // flags (cmd/manager), exit codes (cmd/kubectl-buildlock) and what the
 // manager watches (internal/controller) are held by tests next to that code.
 package docs
