@@ -45,6 +45,16 @@ func Table(path, heading string) ([][]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	rows := tableRows(section)
+	if len(rows) == 0 {
+		return nil, fmt.Errorf("%s: no table under the heading %q", path, heading)
+	}
+	return rows, nil
+}
+
+// tableRows returns the rows of the first table of a Markdown text, without
+// its header and separator rows.
+func tableRows(section string) [][]string {
 	var rows [][]string
 	inTable := false
 	for _, line := range strings.Split(section, "\n") {
@@ -65,10 +75,7 @@ func Table(path, heading string) ([][]string, error) {
 		}
 		rows = append(rows, cells)
 	}
-	if len(rows) == 0 {
-		return nil, fmt.Errorf("%s: no table under the heading %q", path, heading)
-	}
-	return rows, nil
+	return rows
 }
 
 // splitRow splits a table row into its trimmed cells; a pipe inside a code
@@ -105,9 +112,19 @@ func Section(path, heading string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	section, ok := sectionOf(string(data), heading)
+	if !ok {
+		return "", fmt.Errorf("%s has no heading %q", path, heading)
+	}
+	return section, nil
+}
+
+// sectionOf returns the text under the heading titled heading of doc, up to
+// the next heading of the same or a higher level, and whether doc has it.
+func sectionOf(doc, heading string) (string, bool) {
 	var out []string
 	level := 0
-	for _, h := range Headings(string(data)) {
+	for _, h := range Headings(doc) {
 		if level == 0 && h.Title == heading {
 			level = h.Level
 			out = append(out, h.Body)
@@ -120,10 +137,7 @@ func Section(path, heading string) (string, error) {
 			out = append(out, h.Body)
 		}
 	}
-	if level == 0 {
-		return "", fmt.Errorf("%s has no heading %q", path, heading)
-	}
-	return strings.Join(out, "\n"), nil
+	return strings.Join(out, "\n"), level > 0
 }
 
 // Heading is one heading of a Markdown document and the text under it, up to
@@ -173,5 +187,8 @@ func CodeSpan(s string) (string, bool) {
 		return "", false
 	}
 	span, _, ok := strings.Cut(rest, "`")
-	return span, ok
+	if !ok {
+		return "", false
+	}
+	return span, true
 }
