@@ -243,6 +243,25 @@ type Requester struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=36
 	PodUID string `json:"podUID,omitempty"`
+	// Repository is the repository (owner/name, GitLab's group/project)
+	// that the requester's CI identity belongs to: the API server
+	// authenticated a CI system's OIDC token (GitHub Actions, GitLab CI)
+	// and mapped its repository into the user's extra
+	// buildlock.io/repository (RepositoryExtra). Such a requester is a
+	// pipeline, as a service account is, and claims for that repository
+	// only. Empty for every other identity.
+	// +optional
+	// +kubebuilder:validation:MaxLength=255
+	Repository string `json:"repository,omitempty"`
+	// Run is the CI run that the requester's CI identity's token was issued
+	// to, when the authenticator maps one into the user's extra
+	// buildlock.io/run (RunExtra): GitHub's run id and attempt, GitLab's job
+	// id. An enforced lock admits a pod-less holder's writes from that run
+	// only, and only that run may change or delete the claim.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9._/:-]+$`
+	Run string `json:"run,omitempty"`
 }
 
 // BuildLockStatus is the operator's verdict on the claim. Only the operator

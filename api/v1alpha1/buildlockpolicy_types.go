@@ -121,9 +121,10 @@ type BuildLockPolicySpec struct {
 	// Enforce, when set, makes the API server itself refuse writes (create,
 	// update, patch, delete, exec, attach, port-forward) of objects in the
 	// target namespace, and updates and deletes of the namespace itself, by
-	// this namespace's pipeline service accounts, unless they come from the
-	// holder: a pod-backed holder's pod (its token's pod UID is the claim's
-	// spec.podRef.uid), or a pod-less holder's verified requester. While the
+	// this namespace's pipeline service accounts and by CI identities (see
+	// Enforcement), unless they come from the holder: a pod-backed holder's
+	// pod (its token's pod UID is the claim's spec.podRef.uid), or a
+	// pod-less holder's verified requester. While the
 	// lock is free, every such write is refused. Reads are never restricted
 	// (a proxy's GET included), nor are server-side dry runs, cluster-scoped
 	// objects, or anybody else (people, controllers, GitOps agents, other
@@ -153,7 +154,9 @@ type BuildLockPolicySpec struct {
 }
 
 // Enforcement names the pipelines whose writes into the target namespace
-// are fenced by the lock.
+// are fenced by the lock: this namespace's service accounts, and CI
+// identities (OIDC tokens of GitHub Actions or GitLab CI that the API
+// server authenticates and maps a repository into: RepositoryExtra).
 type Enforcement struct {
 	// ServiceAccounts are the names of this namespace's service accounts
 	// that run pipelines; empty means all of them.
@@ -163,6 +166,18 @@ type Enforcement struct {
 	// +kubebuilder:validation:items:MaxLength=253
 	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	ServiceAccounts []string `json:"serviceAccounts,omitempty"`
+	// Repositories are the repositories (owner/name, GitLab's
+	// group/project) whose CI identities run pipelines: a request whose
+	// user extra buildlock.io/repository is one of them. Empty means every
+	// CI identity, whichever repository it belongs to. A CI identity holds
+	// the lock through a pod-less claim it created, and writes into the
+	// target while that claim holds.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=255
+	// +kubebuilder:validation:items:Pattern=`^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)+$`
+	Repositories []string `json:"repositories,omitempty"`
 }
 
 // BuildLockPolicyStatus is what the operator made of the policy.

@@ -88,6 +88,12 @@ const (
 	// digits each ("30m", "1h0m0s", "1.5h", "90s"): small enough that no
 	// accepted value overflows a duration, so the bounds check always runs.
 	DurationPattern = `^([0-9]{1,5}(\.[0-9]{1,9})?(ns|us|ms|s|m|h)){1,4}$`
+	// CIRunPattern is what spec.requester.run accepts (RunExtra's value, as
+	// an authenticator maps it: "5005/1", "12345"), so that a grant Lease's
+	// annotations stay plain text.
+	CIRunPattern = `^[A-Za-z0-9._/:-]+$`
+	// MaxCIRunLength bounds spec.requester.run.
+	MaxCIRunLength = 128
 )
 
 // TargetField is the field selector of a BuildLock's spec.target, a
@@ -126,6 +132,25 @@ const (
 	// readable, the secret itself is never on it.
 	RunProofAnnotation = "buildlock.io/run-proof"
 )
+
+// RepositoryExtra is the key of the user extra that makes an authenticated
+// identity a CI identity: the API server's authenticator (an
+// AuthenticationConfiguration's claimMappings.extra, for the OIDC tokens of
+// GitHub Actions or GitLab CI) maps the token's repository into it. Such an
+// identity is a pipeline, like a service account: it may claim only for
+// that repository (spec.repo), an enforced lock fences its writes, it owns
+// the lines it holds, and consent and force-release are not its to give.
+// Nobody but the authenticator (or whoever may impersonate the extra) can
+// set it.
+const RepositoryExtra = "buildlock.io/repository"
+
+// RunExtra is the key of the user extra that names a CI identity's run:
+// the authenticator maps it from the token (GitHub's run_id and
+// run_attempt, GitLab's job_id). A claim's requester records it
+// (spec.requester.run), and an enforced lock that a CI identity's claim
+// holds admits the writes of that run only, not of the repository's other
+// runs.
+const RunExtra = "buildlock.io/run"
 
 // EnforcementProbeUser is the user name the operator impersonates to probe
 // an enforced lock's fence: a server-side dry-run create of a Lease in the

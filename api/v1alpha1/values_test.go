@@ -76,7 +76,14 @@ func TestValuesAreTheCRDs(t *testing.T) {
 	for _, field := range []string{"timestamp", "renewTime"} {
 		check(field+" rule has the time pattern", strings.Contains(rules(p[field]), "r'"+buildlockv1.TimePattern+"'"), true)
 	}
+	requester := p["requester"].Properties
+	check("requester.repository maxLength", *requester["repository"].MaxLength, int64(buildlockv1.MaxRepoLength))
+	check("requester.run pattern", requester["run"].Pattern, buildlockv1.CIRunPattern)
+	check("requester.run maxLength", *requester["run"].MaxLength, int64(buildlockv1.MaxCIRunLength))
 	policy := readSchema(t, "buildlock.io_buildlockpolicies.yaml").Properties["spec"].Properties
+	repositories := policy["enforce"].Properties["repositories"]
+	check("enforce.repositories pattern", repositories.Items.Schema.Pattern, buildlockv1.RepoPattern)
+	check("enforce.repositories maxLength", *repositories.Items.Schema.MaxLength, int64(buildlockv1.MaxRepoLength))
 	maxHold := rules(policy["maxHold"])
 	check("maxHold rule has the duration pattern", strings.Contains(maxHold, "r'"+buildlockv1.DurationPattern+"'"), true)
 	check("maxHold rule has the bounds", strings.Contains(maxHold, "duration('"+durationText(buildlockv1.MinMaxHold)+"')") &&
@@ -149,6 +156,7 @@ func TestPatternsCompile(t *testing.T) {
 		buildlockv1.TimePattern:     {"2026-11-30T22:45:00Z": true, "2026-11-30T22:45:00.123456789+14:00": true, "2026-11-30t22:45:00z": false, "2026-11-30T22:45:00": false},
 		buildlockv1.DurationPattern: {"30m": true, "1h0m0s": true, "1.5h": true, "99999999999h": false, "3600": false, "-1m": false},
 		buildlockv1.PodUIDPattern:   {"0f9c4e2a-7b1d-4c3e-9a5f-123456789abc": true, "abc": false},
+		buildlockv1.CIRunPattern:    {"5005/1": true, "12345": true, "a;b": false, "a\nb": false, "": false},
 		buildlockv1.TimeZonePattern: {"Europe/Berlin": true, "America/Argentina/Buenos_Aires": true, "Etc/GMT+5": true, "UTC": true,
 			"+01:00": false, "../etc": false, "Europe/": false, "": false},
 		buildlockv1.ScheduleShapePattern:              {"0 18 * * FRI": true, "0  18 * * FRI": true, "0 18 * *": false, "0 0 18 * * FRI": false, " 0 18 * * FRI": false},

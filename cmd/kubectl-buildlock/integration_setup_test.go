@@ -61,6 +61,10 @@ var (
 	pluginPath   string
 	workDir      string
 	managerLog   string
+	// githubIssuer signs the OIDC tokens of GitHub Actions jobs, which the
+	// API server trusts as examples/github-actions/authentication.yaml
+	// configures it.
+	githubIssuer *testenv.OIDCIssuer
 )
 
 func setup() error {
@@ -84,7 +88,14 @@ func setup() error {
 	}
 	logf.SetLogger(zap.New(zap.WriteTo(logFile), zap.UseDevMode(true)))
 
-	if env, err = testenv.New(); err != nil {
+	if githubIssuer, err = testenv.StartOIDCIssuer("https://token.actions.githubusercontent.com"); err != nil {
+		return err
+	}
+	authn, err := testenv.AuthenticationFrom([]*testenv.OIDCIssuer{githubIssuer}, "examples/github-actions/authentication.yaml")
+	if err != nil {
+		return err
+	}
+	if env, err = testenv.New(testenv.WithAuthentication(workDir, authn)); err != nil {
 		return err
 	}
 	if adminCfg, err = env.Start(); err != nil {
@@ -128,6 +139,9 @@ func teardown() error {
 	}
 	if env != nil {
 		errs = append(errs, env.Stop())
+	}
+	if githubIssuer != nil {
+		githubIssuer.Close()
 	}
 	logf.SetLogger(logr.Discard())
 	if workDir != "" && os.Getenv("KEEP_TEST_DIR") == "" {

@@ -95,6 +95,8 @@ func newRootCommand(f *factory) *cobra.Command {
 		newStatusCommand(&statusOptions{f: f}),
 		newForceReleaseCommand(&forceReleaseOptions{f: f}),
 		newVersionCommand(&versionOptions{f: f}),
+		newOIDCTokenCommand(&oidcTokenOptions{f: f}),
+		newOIDCKubeconfigCommand(&oidcKubeconfigOptions{f: f}),
 	)
 	return root
 }

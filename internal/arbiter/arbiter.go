@@ -329,18 +329,18 @@ func (d *decider) supersedeBackwards(candidates []int) []int {
 	return out
 }
 
-// ownedByOther reports whether line record r binds its line to a service
-// account other than claim c's: c's identity is a service account too, and
-// another one holds the line.
+// ownedByOther reports whether line record r binds its line to a pipeline
+// other than claim c's: c's identity is a pipeline too, and another one
+// holds the line.
 func ownedByOther(r *LineRecord, c *Claim) bool {
-	return IsServiceAccount(r.Owner) && IsServiceAccount(c.Identity) && r.Owner != c.Identity
+	return IsPipeline(r.Owner, r.OwnerCI) && IsPipeline(c.Identity, c.CIIdentity) && r.Owner != c.Identity
 }
 
 // isPerson reports whether claim c was created by a verified identity that
-// is not a service account: a person, whom neither a line's owner nor
+// is not a pipeline: a person, whom neither a line's owner nor
 // Policy.MaxBuildJump binds.
 func isPerson(c *Claim) bool {
-	return c.Identity != "" && !IsServiceAccount(c.Identity)
+	return c.Identity != "" && !IsPipeline(c.Identity, c.CIIdentity)
 }
 
 func (d *decider) maxBuildJump() int64 {
@@ -550,7 +550,7 @@ func (d *decider) grantAndQueue(ranked []int) {
 // so that the decision is a fixed point. It returns the others.
 func (d *decider) bindLine(h int, ranked []int) []int {
 	held := d.claims[h]
-	r := &LineRecord{Repo: held.Repo, Branch: held.Branch, Build: held.Build, HeldAt: d.now, Owner: held.Identity}
+	r := new(recordOf(held, d.now))
 	out := ranked[:0]
 	for _, i := range ranked {
 		c := d.claims[i]

@@ -194,10 +194,13 @@ func genInput(ch chooser) input {
 			c.AcquiredAt = at(ch.intn(121))
 		}
 		c.Identity = genIdentities[ch.intn(len(genIdentities))]
+		c.CIIdentity = genCIIdentity(c.Identity)
 		c.Deleting = ch.intn(10) == 0
 	}
 	for k := range in.grant.Lines {
-		in.grant.Lines[k].Owner = genIdentities[ch.intn(len(genIdentities))]
+		r := &in.grant.Lines[k]
+		r.Owner = genIdentities[ch.intn(len(genIdentities))]
+		r.OwnerCI = genCIIdentity(r.Owner)
 	}
 	in.grant.Floor = int64(ch.intn(12))
 	if ch.intn(5) == 1 {
@@ -208,8 +211,15 @@ func genInput(ch chooser) input {
 }
 
 // genIdentities are the identities the generator gives claims: unknown, two
-// pipelines, and a person.
-var genIdentities = []string{"", "system:serviceaccount:ci:shop", "system:serviceaccount:ci:web", "alice@example.com"}
+// service accounts, a person, and a CI identity (genCIIdentity).
+var genIdentities = []string{"", "system:serviceaccount:ci:shop", "system:serviceaccount:ci:web", "alice@example.com", "github:acme/shop"}
+
+// genCIIdentity reports whether the generator's identity is a CI identity
+// (Claim.CIIdentity).
+func genCIIdentity(identity string) bool { return strings.HasPrefix(identity, "github:") }
+
+// genPipeline reports whether the generator's identity is a pipeline's.
+func genPipeline(identity string) bool { return IsPipeline(identity, genCIIdentity(identity)) }
 
 // validReasons lists, per resulting phase, the reasons a changed claim may
 // give.
@@ -303,14 +313,16 @@ func remembered(g Grant, claims []Claim, c Claim, now time.Time, p Policy) (int6
 			records = append(records, LineRecord{Repo: h.Repo, Branch: h.Branch, Build: h.Build, HeldAt: h.AcquiredAt, Owner: h.Identity})
 		}
 	}
-	var build int64
-	owner := ""
+	// Of two records of one build, the later counts: its owner is the
+	// line's.
+	var best LineRecord
 	for _, r := range records {
-		if r.Repo == c.Repo && r.Branch == c.Branch && now.Before(r.HeldAt.Add(memory)) && r.Build > build {
-			build, owner = r.Build, r.Owner
+		if r.Repo == c.Repo && r.Branch == c.Branch && now.Before(r.HeldAt.Add(memory)) &&
+			(r.Build > best.Build || r.Build == best.Build && r.HeldAt.After(best.HeldAt)) {
+			best = r
 		}
 	}
-	return build, owner
+	return best.Build, best.Owner
 }
 
 // queuing reports whether the policy queues every survivor (Queue, Fifo).
@@ -553,7 +565,7 @@ func checkSupersessions(in input, d Decision, fail func(string, ...any)) {
 		}
 		c, by := inputs[v.Name], inputs[v.SupersededBy]
 		r, owner := remembered(restored, in.claims, c, in.now, in.policy)
-		// A line's record refuses another service account's claim, and a
+		// A line's record refuses another pipeline's claim, and a
 		// jump too far above it: the record remembered, or the one the new
 		// hold writes.
 		jump := in.policy.MaxBuildJump
@@ -563,9 +575,9 @@ func checkSupersessions(in input, d Decision, fail func(string, ...any)) {
 		refuses := func(r int64, owner string) bool {
 			switch v.Reason {
 			case ReasonLineOwnedByOther:
-				return r < c.Build && IsServiceAccount(owner) && IsServiceAccount(c.Identity) && owner != c.Identity
+				return r < c.Build && genPipeline(owner) && genPipeline(c.Identity) && owner != c.Identity
 			case ReasonBuildJumpTooLarge:
-				return r > 0 && c.Build-r > jump && (c.Identity == "" || IsServiceAccount(c.Identity))
+				return r > 0 && c.Build-r > jump && (c.Identity == "" || genPipeline(c.Identity))
 			}
 			return false
 		}
@@ -625,7 +637,7 @@ func checkSupersessions(in input, d Decision, fail func(string, ...any)) {
 		if r >= c.Build {
 			fail("%s: build %d goes although build %d of its line held", c.Name, c.Build, r)
 		}
-		if r > 0 && IsServiceAccount(owner) && IsServiceAccount(c.Identity) && owner != c.Identity {
+		if r > 0 && genPipeline(owner) && genPipeline(c.Identity) && owner != c.Identity {
 			fail("%s: goes as %s on a line %s holds", c.Name, c.Identity, owner)
 		}
 		last[lineOf(c)] = c.Build

@@ -37,8 +37,8 @@ func (d *decider) message(i int, grant Grant) string {
 	case ReasonLineOwnedByOther:
 		r := d.byMemory[i]
 		return fmt.Sprintf("%s will not deploy: its line belongs to %s, which held %s with build %d at %s, and this "+
-			"claim was created by %s. A line belongs to the service account that holds it, until %s; claim it as "+
-			"that service account, or have a person claim it.", capitalized(build(c)), printable(r.Owner), target,
+			"claim was created by %s. A line belongs to the pipeline that holds it, until %s; claim it as that "+
+			"pipeline, or have a person claim it.", capitalized(build(c)), printable(r.Owner), target,
 			r.Build, stamp(r.HeldAt), printable(c.Identity), stamp(r.HeldAt.Add(d.lineMemory())))
 	case ReasonBuildJumpTooLarge:
 		r := d.byMemory[i]

@@ -125,6 +125,7 @@ func (w *world) arrive(ch chooser) string {
 	}
 	c.Writer = Writer{PodUID: "pod-" + c.Name}
 	c.Identity = genIdentities[ch.intn(len(genIdentities))]
+	c.CIIdentity = genCIIdentity(c.Identity)
 	w.claims = append(w.claims, c)
 	return fmt.Sprintf("%s arrives: build %d of %s/%s stamped %s", c.Name, c.Build, c.Repo, c.Branch, c.Timestamp.Format(time.TimeOnly))
 }

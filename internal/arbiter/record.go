@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 	"strings"
+	"time"
 )
 
 // What a decision restored of the grant record it was given (rule 11):
@@ -138,18 +139,25 @@ func (d *decider) history() []LineRecord {
 	for i, c := range d.claims {
 		switch {
 		case i == d.granted:
-			out = append(out, LineRecord{Repo: c.Repo, Branch: c.Branch, Build: c.Build, HeldAt: d.grant.AcquiredAt, Owner: c.Identity})
+			out = append(out, recordOf(c, d.grant.AcquiredAt))
 		case c.FencingToken > 0 && !c.AcquiredAt.IsZero():
-			out = append(out, LineRecord{Repo: c.Repo, Branch: c.Branch, Build: c.Build, HeldAt: c.AcquiredAt, Owner: c.Identity})
+			out = append(out, recordOf(c, c.AcquiredAt))
 		}
 	}
 	return out
 }
 
+// recordOf is the line record of claim c's build held since heldAt, by
+// c's identity.
+func recordOf(c *Claim, heldAt time.Time) LineRecord {
+	return LineRecord{Repo: c.Repo, Branch: c.Branch, Build: c.Build, HeldAt: heldAt, Owner: c.Identity, OwnerCI: c.CIIdentity}
+}
+
 // rememberedLines returns, by line, the record of the highest build that
 // held within Policy.LineMemory: the grant record's, or the claims' own
 // (history), so that a record deleted or edited by hand forgets nothing the
-// claims still show.
+// claims still show. Of two records of one build, the later counts, as
+// recordLine keeps it: its owner is the line's.
 func (d *decider) rememberedLines() map[line]*LineRecord {
 	hist := d.history()
 	if len(d.grant.Lines) == 0 && len(hist) == 0 {
@@ -160,7 +168,7 @@ func (d *decider) rememberedLines() map[line]*LineRecord {
 		for k := range records {
 			if r := &records[k]; d.remembers(*r) {
 				l := line{r.Repo, r.Branch}
-				if old, ok := memory[l]; !ok || r.Build > old.Build {
+				if old, ok := memory[l]; !ok || r.Build > old.Build || (r.Build == old.Build && r.HeldAt.After(old.HeldAt)) {
 					memory[l] = r
 				}
 			}
@@ -233,7 +241,7 @@ func (d *decider) recordLine(c *Claim) []LineRecord {
 		}
 	}
 	if c != nil {
-		b.record(LineRecord{Repo: c.Repo, Branch: c.Branch, Build: c.Build, HeldAt: d.now, Owner: c.Identity})
+		b.record(recordOf(c, d.now))
 	}
 	return b.sorted()
 }

@@ -274,7 +274,7 @@ func TestLinesBelongToIdentities(t *testing.T) {
 	d := Decide(staging, []Claim{as(claim("evil", shop, huge, 50), webPipeline)}, shopHeld, at(60), Policy{})
 	want := "Build 9007199254740991 of acme/shop@main will not deploy: its line belongs to system:serviceaccount:ci:shop, " +
 		"which held staging with build 42 at 2026-03-02T09:10:00Z, and this claim was created by system:serviceaccount:ci:web. " +
-		"A line belongs to the service account that holds it, until 2026-03-03T09:10:00Z; claim it as that service account, " +
+		"A line belongs to the pipeline that holds it, until 2026-03-03T09:10:00Z; claim it as that pipeline, " +
 		"or have a person claim it."
 	if got := verdictOf(d, "evil").Message; got != want {
 		t.Errorf("message %q\nwant %q", got, want)
@@ -285,6 +285,48 @@ func TestLinesBelongToIdentities(t *testing.T) {
 		"(the operator's --max-build-jump); give it a lower build number, or have a person claim it."
 	if got := verdictOf(d, "evil").Message; got != want {
 		t.Errorf("message %q\nwant %q", got, want)
+	}
+}
+
+// TestCIIdentitiesArePipelines (issue 25): a CI identity (an OIDC token of
+// GitHub Actions or GitLab CI, mapped to a user with a repository) owns the
+// lines it holds and is bound by the jump, as a service account is; it is
+// no person.
+func TestCIIdentitiesArePipelines(t *testing.T) {
+	const shopCI = "github:acme/shop"
+	ci := func(c Claim) Claim { c.Identity, c.CIIdentity = shopCI, true; return c }
+	byCI := Grant{Token: 4, Lines: []LineRecord{{Repo: "acme/shop", Branch: "main", Build: 42, HeldAt: at(10), Owner: shopCI, OwnerCI: true}}}
+	bySA := Grant{Token: 4, Lines: []LineRecord{{Repo: "acme/shop", Branch: "main", Build: 42, HeldAt: at(10), Owner: shopPipeline}}}
+	huge := int64(9007199254740991)
+	runDecideCases(t, map[string]decideCase{
+		"a service account's claim of a line a CI identity holds is refused": {
+			claims: []Claim{as(claim("evil", shop, huge, 50), webPipeline)}, grant: byCI,
+			want:  map[string]string{"evil": "Superseded LineOwnedByOther"},
+			token: 4,
+		},
+		"a CI identity's claim of a line a service account holds is refused": {
+			claims: []Claim{ci(claim("shop-43", shop, 43, 50))}, grant: bySA,
+			want:  map[string]string{"shop-43": "Superseded LineOwnedByOther"},
+			token: 4,
+		},
+		"the CI identity's next build holds": {
+			claims: []Claim{ci(claim("shop-43", shop, 43, 50))}, grant: byCI,
+			want:   map[string]string{"shop-43": "Held Acquired"},
+			holder: "shop-43", grantChanged: true, token: 5,
+		},
+		"a CI identity's build may not jump too far": {
+			claims: []Claim{ci(claim("shop-big", shop, 42+DefaultMaxBuildJump+1, 50))}, grant: byCI,
+			want:  map[string]string{"shop-big": "Superseded BuildJumpTooLarge"},
+			token: 4,
+		},
+	})
+	d := Decide(staging, []Claim{ci(claim("shop-43", shop, 43, 50))}, byCI, at(60), Policy{})
+	if want := (LineRecord{Repo: "acme/shop", Branch: "main", Build: 43, HeldAt: at(60), Owner: shopCI, OwnerCI: true}); len(d.Grant.Lines) != 1 || !d.Grant.Lines[0].equal(want) {
+		t.Errorf("a CI identity's hold records %v, want %v", d.Grant.Lines, want)
+	}
+	d = Decide(staging, []Claim{as(claim("evil", shop, huge, 50), webPipeline)}, byCI, at(60), Policy{})
+	if got := verdictOf(d, "evil").Message; !strings.Contains(got, "its line belongs to github:acme/shop, which held staging with build 42") {
+		t.Errorf("message %q does not name the CI identity that owns the line", got)
 	}
 }
 

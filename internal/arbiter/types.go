@@ -142,10 +142,15 @@ type Claim struct {
 	Deleting bool
 	// Identity is who created the claim, as far as the API server vouches
 	// for it: spec.requester's user name when the buildlock-requester
-	// admission policy stamped it, else empty (unknown). A service account
-	// (IsServiceAccount) owns the lines it holds (rule 3); a person neither
-	// owns a line nor is bound by an owner or by Policy.MaxBuildJump.
+	// admission policy stamped it, else empty (unknown). A pipeline (see
+	// IsPipeline) owns the lines it holds (rule 3); a person neither owns a
+	// line nor is bound by an owner or by Policy.MaxBuildJump.
 	Identity string
+	// CIIdentity says that Identity is a CI system's: the API server
+	// authenticated an OIDC token of GitHub Actions or GitLab CI and mapped
+	// its repository into the user (spec.requester.repository). Such an
+	// identity is a pipeline, as a service account is.
+	CIIdentity bool
 }
 
 // serviceAccountPrefix starts the user name of every Kubernetes service
@@ -159,6 +164,13 @@ func IsServiceAccount(identity string) bool {
 	return strings.HasPrefix(identity, serviceAccountPrefix)
 }
 
+// IsPipeline reports whether identity is a pipeline's, as opposed to a
+// person's: a service account, or a CI identity (ci: see
+// Claim.CIIdentity).
+func IsPipeline(identity string, ci bool) bool {
+	return identity != "" && (ci || IsServiceAccount(identity))
+}
+
 // Writer is the identity whose writes an enforced target admits from its
 // holder: a pod (by UID), else a user name.
 type Writer struct {
@@ -169,6 +181,9 @@ type Writer struct {
 	// Username is the holder's requester, for a pod-less holder whose
 	// requester had no pod-bound token.
 	Username string
+	// Run, with Username, is the only CI run whose writes are the
+	// holder's: its requester's (a CI identity's token names its run).
+	Run string
 }
 
 // Grant is the lock's grant record (the Lease): who holds it, since when,
@@ -220,21 +235,30 @@ type LineRecord struct {
 	Build  int64
 	HeldAt time.Time
 	// Owner is the Identity of the claim granted (empty when unknown). A
-	// service account owns the line while the record counts (rule 3).
+	// pipeline (IsPipeline) owns the line while the record counts (rule 3).
 	Owner string
+	// OwnerCI is the CIIdentity of the claim granted.
+	OwnerCI bool
 }
 
 // Size is what a record counts against LineMemoryBytes: an upper bound of
 // its length as the grant Lease stores it (JSON without HTML escaping, in
 // which a string's byte takes at most two bytes).
 func (r LineRecord) Size() int {
-	return lineRecordOverhead + len(r.Repo) + 2*len(r.Branch) + 2*len(r.Owner)
+	size := lineRecordOverhead + len(r.Repo) + 2*len(r.Branch) + 2*len(r.Owner)
+	if r.OwnerCI {
+		size += ciOwnerOverhead
+	}
+	return size
 }
 
 // lineRecordOverhead bounds a record's encoding without its strings: the
 // field names and punctuation, a build of up to 16 digits and an RFC 3339
 // time with nanoseconds, and the comma that separates records.
 const lineRecordOverhead = 112
+
+// ciOwnerOverhead bounds what OwnerCI adds to a record's encoding.
+const ciOwnerOverhead = 16
 
 // Ending is how a hold ended: the claim, its final phase and reason, and
 // when.
@@ -255,7 +279,8 @@ func (g Grant) Equal(o Grant) bool {
 }
 
 func (r LineRecord) equal(o LineRecord) bool {
-	return r.Repo == o.Repo && r.Branch == o.Branch && r.Build == o.Build && r.HeldAt.Equal(o.HeldAt) && r.Owner == o.Owner
+	return r.Repo == o.Repo && r.Branch == o.Branch && r.Build == o.Build && r.HeldAt.Equal(o.HeldAt) && r.Owner == o.Owner &&
+		r.OwnerCI == o.OwnerCI
 }
 
 func (e Ending) equal(o Ending) bool {

@@ -63,6 +63,12 @@ func (id identity) configOn(base *rest.Config) *rest.Config {
 // grantAll gives user every right in namespace ns.
 func grantAll(ns, user string) {
 	GinkgoHelper()
+	grantAllTo(ns, rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user})
+}
+
+// grantAllTo gives subject every right in namespace ns.
+func grantAllTo(ns string, subject rbacv1.Subject) {
+	GinkgoHelper()
 	name := fmt.Sprintf("all-%d", time.Now().UnixNano())
 	Expect(k8sClient.Create(ctx, &rbacv1.Role{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
@@ -71,7 +77,7 @@ func grantAll(ns, user string) {
 	Expect(k8sClient.Create(ctx, &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
+		Subjects:   []rbacv1.Subject{subject},
 	})).To(Succeed())
 }
 

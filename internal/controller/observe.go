@@ -274,7 +274,7 @@ func toArbiterClaim(bl *buildlockv1.BuildLock, pods map[string]arbiter.PodState,
 		c.AcquiredAt = bl.Status.AcquiredAt.Time
 	}
 	if r := bl.Spec.Requester; r != nil && !verifiedSince.IsZero() && bl.CreationTimestamp.After(verifiedSince) {
-		c.Identity = r.Username
+		c.Identity, c.CIIdentity = r.Username, r.Repository != ""
 	}
 	if bl.Spec.Timestamp != nil {
 		c.Timestamp = bl.Spec.Timestamp.Time

@@ -26,6 +26,9 @@ var (
 	testEnv   *envtest.Environment
 	ctx       context.Context
 	cancel    context.CancelFunc
+	// githubIssuer and gitlabIssuer sign the OIDC tokens of CI jobs, which
+	// the API server trusts as examples/*/authentication.yaml configure it.
+	githubIssuer, gitlabIssuer *testenv.OIDCIssuer
 )
 
 func TestControllers(t *testing.T) {
@@ -49,9 +52,18 @@ var _ = BeforeSuite(func() {
 
 	scheme = testenv.Scheme()
 
-	By("starting a real kube-apiserver and etcd with the generated CRDs")
+	By("starting OIDC issuers shaped like GitHub Actions' and GitLab's")
 	var err error
-	testEnv, err = testenv.New()
+	githubIssuer, err = testenv.StartOIDCIssuer("https://token.actions.githubusercontent.com")
+	Expect(err).NotTo(HaveOccurred())
+	gitlabIssuer, err = testenv.StartOIDCIssuer("https://gitlab.com")
+	Expect(err).NotTo(HaveOccurred())
+	authn, err := testenv.AuthenticationFrom([]*testenv.OIDCIssuer{githubIssuer, gitlabIssuer},
+		"examples/github-actions/authentication.yaml", "examples/gitlab/authentication.yaml")
+	Expect(err).NotTo(HaveOccurred())
+
+	By("starting a real kube-apiserver and etcd with the generated CRDs, trusting the issuers as the examples configure a cluster")
+	testEnv, err = testenv.New(testenv.WithAuthentication(GinkgoT().TempDir(), authn))
 	Expect(err).NotTo(HaveOccurred())
 	cfg, err = testEnv.Start()
 	Expect(err).NotTo(HaveOccurred(), "starting envtest; run `make envtest` to build bin/k8s/%s", testenv.K8sVersion)
@@ -72,5 +84,10 @@ var _ = AfterSuite(func() {
 	}
 	if testEnv != nil {
 		Expect(testEnv.Stop()).To(Succeed())
+	}
+	for _, i := range []*testenv.OIDCIssuer{githubIssuer, gitlabIssuer} {
+		if i != nil {
+			i.Close()
+		}
 	}
 })

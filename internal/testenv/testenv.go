@@ -40,8 +40,9 @@ func Scheme() *runtime.Scheme { return controller.Scheme() }
 func RepoRoot() (string, error) { return doctest.RepoRoot() }
 
 // New returns an envtest environment with the BuildLock CRD, using the
-// binaries in KUBEBUILDER_ASSETS or else bin/k8s/<version>.
-func New() (*envtest.Environment, error) {
+// binaries in KUBEBUILDER_ASSETS or else bin/k8s/<version>, configured by
+// opts.
+func New(opts ...Option) (*envtest.Environment, error) {
 	root, err := RepoRoot()
 	if err != nil {
 		return nil, err
@@ -53,6 +54,11 @@ func New() (*envtest.Environment, error) {
 	}
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		env.BinaryAssetsDirectory = filepath.Join(root, "bin", "k8s", K8sVersion)
+	}
+	for _, o := range opts {
+		if err := o(env); err != nil {
+			return nil, err
+		}
 	}
 	return env, nil
 }

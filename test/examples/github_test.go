@@ -19,7 +19,8 @@ import (
 //
 //   - ${{ }} expressions are evaluated before a step runs, and only the
 //     property references used here are supported (github.x, secrets.x,
-//     inputs.x, steps.id.outputs.x, runner.x, job.x, strategy.x, env.x),
+//     vars.x, inputs.x, steps.id.outputs.x, runner.x, job.x, strategy.x,
+//     env.x),
 //     alone or joined by ||, which gives the first truthy one (0 and ""
 //     are falsy) or else the last; anything else fails the test.
 //     The value lands verbatim wherever the expression is: in env it is
@@ -35,6 +36,10 @@ import (
 //   - A failing step fails its job, and the later steps whose if: is not
 //     always() or failure() are skipped; a job runs only when every job it
 //     needs succeeded.
+//   - A job may request OIDC ID tokens (its steps get
+//     ACTIONS_ID_TOKEN_REQUEST_URL and ACTIONS_ID_TOKEN_REQUEST_TOKEN) only
+//     with `id-token: write` (or write-all) in its permissions, or, when it
+//     has none, the workflow's; never by default.
 
 type ghStep struct {
 	ID    string            `json:"id,omitempty"`
@@ -107,8 +112,11 @@ type ghRun struct {
 	// jobIndex and checkRunID are the strategy.job-index and
 	// job.check_run_id of every job (0: none).
 	jobIndex, checkRunID int
-	status               map[string]string // job -> jobPassed, jobFailed or jobSkipped
-	output               strings.Builder
+	// idTokenURL is GitHub's ID token endpoint (a stub), for the jobs that
+	// may request tokens; idTokenRequest is their request token.
+	idTokenURL, idTokenRequest string
+	status                     map[string]string // job -> jobPassed, jobFailed or jobSkipped
+	output                     strings.Builder
 }
 
 // ghJobState is what a job's steps share.
@@ -118,12 +126,15 @@ type ghJobState struct {
 	env                       map[string]string // GITHUB_ENV additions
 	path                      []string          // GITHUB_PATH additions, newest first
 	failed                    bool
+	idTokens                  bool // the job may request OIDC ID tokens
 }
 
 func newGHRun(t *testing.T, s *stubs, event ghEvent, env ...string) *ghRun {
 	t.Helper()
 	r := &ghRun{t: t, s: s, event: event, env: env, platform: [2]string{"Linux", "X64"}, status: map[string]string{}}
 	readYAML(t, "action.yml", &r.action)
+	endpoint := newTokenEndpoint(t)
+	r.idTokenURL, r.idTokenRequest = endpoint.URL+"/_apis/distributedtask/token?api-version=2.0", endpoint.request
 	return r
 }
 
@@ -184,6 +195,16 @@ func ghNeeds(t *testing.T, needs any) []string {
 func (r *ghRun) runJob(name string, w ghWorkflow, job ghJob) string {
 	r.t.Helper()
 	st := &ghJobState{name: name, checkout: r.t.TempDir(), temp: r.t.TempDir(), toolCache: r.t.TempDir(), env: map[string]string{}}
+	permissions := job.Permissions
+	if permissions == nil {
+		permissions = w.Permissions
+	}
+	switch p := permissions.(type) {
+	case string:
+		st.idTokens = p == "write-all"
+	case map[string]any:
+		st.idTokens = p["id-token"] == "write"
+	}
 	r.s.deployScript(r.t, st.checkout)
 	env := map[string]string{}
 	for _, layer := range []map[string]string{w.Env, job.Env} {
@@ -224,7 +245,9 @@ func (r *ghRun) contexts(st *ghJobState, inputs map[string]string, steps map[str
 			"action_ref": r.actionRef,
 			"event":      map[string]any{"head_commit": map[string]any{"message": r.event.commitMessage}},
 		},
-		"secrets":  map[string]any{"KUBECONFIG": "apiVersion: v1\nkind: Config\n"},
+		"secrets": map[string]any{"KUBECONFIG": "apiVersion: v1\nkind: Config\n"},
+		// The repository's variables the example uses (no secrets).
+		"vars":     map[string]any{"CLUSTER_SERVER": "https://k8s.acme.example:6443", "CLUSTER_CA": "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg=="},
 		"runner":   map[string]any{"temp": st.temp, "tool_cache": st.toolCache, "os": r.platform[0], "arch": r.platform[1]},
 		"steps":    steps,
 		"job":      job,
@@ -397,6 +420,9 @@ func (r *ghRun) runScript(where string, step ghStep, st *ghJobState, env map[str
 	}
 	for name, path := range files {
 		vars = append(vars, name+"="+path)
+	}
+	if st.idTokens && r.idTokenURL != "" {
+		vars = append(vars, "ACTIONS_ID_TOKEN_REQUEST_URL="+r.idTokenURL, "ACTIONS_ID_TOKEN_REQUEST_TOKEN="+r.idTokenRequest)
 	}
 	for _, layer := range []map[string]string{st.env, env} {
 		for k, v := range layer {

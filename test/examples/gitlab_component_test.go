@@ -19,8 +19,9 @@ import (
 //     templates/buildlock.yml here) reads a file whose first YAML document is
 //     the header `spec: inputs:` and whose second is the configuration.
 //   - Each given input must be declared; an input without a default must be
-//     given; a value must match the input's regex and options. Otherwise the
-//     pipeline is not created.
+//     given; a value must match the input's regex and options, and an input
+//     of type boolean takes true or false (interpolated as that text).
+//     Otherwise the pipeline is not created.
 //   - $[[ inputs.name ]] is replaced in the configuration's keys and string
 //     values after it is parsed, once: a value cannot add YAML structure,
 //     and is not interpolated again.
@@ -33,11 +34,12 @@ const gitlabComponent = "templates/buildlock.yml"
 
 // gitlabInputSpec is one input of a spec: inputs header.
 type gitlabInputSpec struct {
-	Description string   `json:"description"`
-	Default     *string  `json:"default"`
-	Regex       string   `json:"regex"`
-	Options     []string `json:"options"`
-	Type        string   `json:"type"`
+	Description string `json:"description"`
+	// Default is a string, or a boolean for type boolean; nil: none.
+	Default any      `json:"default"`
+	Regex   string   `json:"regex"`
+	Options []string `json:"options"`
+	Type    string   `json:"type"`
 }
 
 // loadGitLabComponent reads the component's header and configuration.
@@ -110,7 +112,10 @@ func gitlabInterpolate(t *testing.T, given map[string]string) (map[string]any, e
 			errs = append(errs, fmt.Errorf("`%s` input: required value has not been provided", name))
 			continue
 		case !ok:
-			v = *spec.Default
+			v = fmt.Sprint(spec.Default)
+		}
+		if spec.Type == "boolean" && v != "true" && v != "false" {
+			errs = append(errs, fmt.Errorf("`%s` input: provided value is not a boolean", name))
 		}
 		if spec.Regex != "" && !regexp.MustCompile(spec.Regex).MatchString(v) {
 			errs = append(errs, fmt.Errorf("`%s` input: provided value does not match required RegEx pattern", name))

@@ -23,6 +23,8 @@ import (
 //   - before_script and script run in one shell (bash) that starts with
 //     `set -eo pipefail`, as the runner's bash shell does; after_script runs
 //     in a new shell whatever happened, and its result does not count.
+//   - Each entry of a job's id_tokens is a variable holding an ID token
+//     (a JWT) whose aud is the entry's, minted for the job.
 //   - A job runs when the jobs it needs (or, without needs, every job of the
 //     earlier stages) passed or failed with allow_failure (true, or its exit
 //     code among allow_failure.exit_codes): an allowed failure lets later jobs
@@ -43,6 +45,9 @@ type gitlabJob struct {
 	AfterScript  []string       `json:"after_script,omitempty"`
 	AllowFailure any            `json:"allow_failure,omitempty"`
 	When         string         `json:"when,omitempty"`
+	IDTokens     map[string]struct {
+		Aud any `json:"aud"`
+	} `json:"id_tokens,omitempty"`
 }
 
 type gitlabPipeline struct {
@@ -277,6 +282,9 @@ func runGitLabJob(t *testing.T, s *stubs, p gitlabPipeline, name string, predefi
 	}
 	for k, v := range job.Variables {
 		vars[k] = gitlabVariable(t, v, vars)
+	}
+	for k, id := range job.IDTokens {
+		vars[k] = fakeIDToken(t, map[string]any{"iss": "https://gitlab.com", "aud": id.Aud, "project_path": vars["CI_PROJECT_PATH"], "job_id": "9001"})
 	}
 	jobEnv := append([]string{}, env...)
 	for k, v := range vars {

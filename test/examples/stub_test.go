@@ -2,9 +2,12 @@ package examples
 
 import (
 	"bufio"
+	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +15,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/buildlock/buildlock/pkg/lock"
 )
 
 // The test binary doubles as the stub of every program the examples call:
@@ -83,6 +91,9 @@ func runStub(name string, args []string) int {
 	}
 	switch name {
 	case stubPlugin:
+		if len(args) > 0 && strings.HasPrefix(args[0], "oidc-") {
+			return stubOIDC(c)
+		}
 		return stubAcquire(c)
 	case stubCurl:
 		return stubDownload(c)
@@ -90,7 +101,68 @@ func runStub(name string, args []string) int {
 	if name == stubMake {
 		return 0
 	}
+	if os.Getenv("STUB_DEPLOY_CONNECTS") != "" {
+		if err := connect(); err != nil {
+			fmt.Fprintf(os.Stderr, "deploy.sh stub: reaching the cluster: %v\n", err)
+			return 97
+		}
+	}
 	return envInt("STUB_DEPLOY_EXIT", 0)
+}
+
+// stubOIDC acts out `kubectl-buildlock oidc-kubeconfig` and `oidc-token`
+// as the plugin does, with pkg/lock's own functions: the kubeconfig runs
+// this stub again (by the path it was started as) for each token, which it
+// fetches from the job's environment.
+func stubOIDC(c call) int {
+	audience, _ := c.flag("--audience")
+	tokenEnv, _ := c.flag("--token-env")
+	source := []string{"--audience", audience}
+	if tokenEnv != "" {
+		source = []string{"--token-env", tokenEnv}
+	}
+	if c.Args[0] == "oidc-token" {
+		t, err := lock.FetchIDToken(context.Background(), c.Env, lock.IDTokenSource{Audience: audience, TokenEnv: tokenEnv}, http.DefaultClient)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "error: %v\n", err)
+			return 1
+		}
+		data, err := t.ExecCredential()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "error: %v\n", err)
+			return 1
+		}
+		fmt.Println(string(data))
+		return 0
+	}
+	server, _ := c.flag("--server")
+	ca, _ := c.flag("--certificate-authority-data")
+	caData, err := base64.StdEncoding.DecodeString(ca)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "error: --certificate-authority-data is not base64: %v\n", err)
+		return 2
+	}
+	data, err := lock.OIDCKubeconfig(lock.OIDCCluster{Server: server, CAData: caData}, os.Args[0], append([]string{"oidc-token"}, source...))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "error: %v\n", err)
+		return 2
+	}
+	_, _ = os.Stdout.Write(data)
+	return 0
+}
+
+// connect reaches the cluster of $KUBECONFIG, as a deploy's kubectl would.
+func connect() error {
+	cfg, err := clientcmd.BuildConfigFromFlags("", os.Getenv("KUBECONFIG"))
+	if err != nil {
+		return err
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	_, err = dc.ServerVersion()
+	return err
 }
 
 func record(c call) error {

@@ -1,6 +1,7 @@
 package grant
 
 import (
+	"cmp"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,10 +25,15 @@ const (
 	// serviceAccountsAnnotation on an enforced grant Lease lists the
 	// claims namespace's pipeline service accounts ("*": all of them).
 	serviceAccountsAnnotation = "buildlock.io/enforced-service-accounts"
+	// repositoriesAnnotation on an enforced grant Lease lists the
+	// repositories whose CI identities are pipelines ("*": every one; so
+	// does its absence, on a Lease an older operator wrote).
+	repositoriesAnnotation = "buildlock.io/enforced-repositories"
 	// writerPodAnnotation and writerUserAnnotation record the holder's
 	// Writer (arbiter.Grant.Writer) in the grant's compare-and-swap.
 	writerPodAnnotation  = "buildlock.io/writer-pod-uid"
 	writerUserAnnotation = "buildlock.io/writer-username"
+	writerRunAnnotation  = "buildlock.io/writer-run"
 )
 
 // Enforcement is what a lock's policy asks of the API server: nil when it
@@ -35,6 +41,8 @@ const (
 type Enforcement struct {
 	// serviceAccounts is serviceAccountsAnnotation's value.
 	serviceAccounts string
+	// repositories is repositoriesAnnotation's value.
+	repositories string
 }
 
 // EnforcementOf returns the policy's enforcement (nil: no policy, or one
@@ -43,18 +51,25 @@ func EnforcementOf(p *buildlockv1.BuildLockPolicy) *Enforcement {
 	if p == nil || p.Spec.Enforce == nil {
 		return nil
 	}
-	accounts := slices.Clone(p.Spec.Enforce.ServiceAccounts)
-	slices.Sort(accounts)
-	if len(accounts) == 0 {
-		return &Enforcement{serviceAccounts: "*"}
+	return &Enforcement{serviceAccounts: setOrAll(p.Spec.Enforce.ServiceAccounts), repositories: setOrAll(p.Spec.Enforce.Repositories)}
+}
+
+// setOrAll is names sorted and joined by commas, or "*" (all) when there
+// are none.
+func setOrAll(names []string) string {
+	if len(names) == 0 {
+		return "*"
 	}
-	return &Enforcement{serviceAccounts: strings.Join(slices.Compact(accounts), ",")}
+	names = slices.Clone(names)
+	slices.Sort(names)
+	return strings.Join(slices.Compact(names), ",")
 }
 
 // WriterOf is who may write into an enforced target while claim bl holds
 // it: its pod, when it has one (by UID: an enforced target requires
 // podRef.uid); else its requester's pod, when the requester's token was
-// bound to one; else its requester.
+// bound to one; else its requester (and its CI run, if its token named
+// one).
 func WriterOf(bl *buildlockv1.BuildLock) arbiter.Writer {
 	switch r := bl.Spec.Requester; {
 	case bl.Spec.PodRef != nil:
@@ -64,15 +79,16 @@ func WriterOf(bl *buildlockv1.BuildLock) arbiter.Writer {
 	case r.PodUID != "":
 		return arbiter.Writer{PodUID: r.PodUID}
 	default:
-		return arbiter.Writer{Username: r.Username}
+		return arbiter.Writer{Username: r.Username, Run: r.Run}
 	}
 }
 
 // setEnforcement writes the lock's enforcement onto the Lease: the
-// service-account annotation and the enforced label, or neither.
+// pipelines' annotations and the enforced label, or none of them.
 func setEnforcement(lease *coordinationv1.Lease, e *Enforcement) {
 	if e == nil {
 		delete(lease.Annotations, serviceAccountsAnnotation)
+		delete(lease.Annotations, repositoriesAnnotation)
 		delete(lease.Labels, enforcedLabel)
 		return
 	}
@@ -80,6 +96,7 @@ func setEnforcement(lease *coordinationv1.Lease, e *Enforcement) {
 		lease.Annotations = map[string]string{}
 	}
 	lease.Annotations[serviceAccountsAnnotation] = e.serviceAccounts
+	lease.Annotations[repositoriesAnnotation] = e.repositories
 	lease.Labels[enforcedLabel] = "true"
 }
 
@@ -90,11 +107,12 @@ func EnforcementCurrent(lease *coordinationv1.Lease, e *Enforcement) bool {
 		return e == nil
 	}
 	accounts, annotated := lease.Annotations[serviceAccountsAnnotation]
+	repositories, listed := lease.Annotations[repositoriesAnnotation]
 	_, labeled := lease.Labels[enforcedLabel]
 	if e == nil {
-		return !annotated && !labeled
+		return !annotated && !listed && !labeled
 	}
-	return labeled && accounts == e.serviceAccounts
+	return labeled && accounts == e.serviceAccounts && listed && repositories == e.repositories
 }
 
 // Enforced reports whether the Lease carries an enforcement (its enforced
@@ -107,16 +125,19 @@ func Enforced(lease *coordinationv1.Lease) bool {
 // Fence is what of a grant Lease the buildlock-enforce policy enforces, as
 // its refusal of the fence probe spells it out, field by field.
 type Fence struct {
-	Token, Holder, WriterPod, Accounts, WriterUser string
+	Token, Holder, WriterPod, Accounts, Repositories, WriterRun, WriterUser string
 }
 
 // FenceOf is the fence that lease asks admission for.
 func FenceOf(lease *coordinationv1.Lease) Fence {
 	return Fence{
-		Token:      strconv.FormatInt(buildlockv1.GrantToken(lease), 10),
-		Holder:     ptr.Deref(lease.Spec.HolderIdentity, ""),
-		WriterPod:  lease.Annotations[writerPodAnnotation],
-		Accounts:   lease.Annotations[serviceAccountsAnnotation],
-		WriterUser: lease.Annotations[writerUserAnnotation],
+		Token:     strconv.FormatInt(buildlockv1.GrantToken(lease), 10),
+		Holder:    ptr.Deref(lease.Spec.HolderIdentity, ""),
+		WriterPod: lease.Annotations[writerPodAnnotation],
+		Accounts:  lease.Annotations[serviceAccountsAnnotation],
+		// As buildlock-enforce reads it: absent is every repository.
+		Repositories: cmp.Or(lease.Annotations[repositoriesAnnotation], "*"),
+		WriterRun:    lease.Annotations[writerRunAnnotation],
+		WriterUser:   lease.Annotations[writerUserAnnotation],
 	}
 }

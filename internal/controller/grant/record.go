@@ -66,6 +66,8 @@ type lineRecord struct {
 	Build  int64     `json:"build"`
 	HeldAt time.Time `json:"heldAt"`
 	Owner  string    `json:"owner,omitempty"`
+	// OwnerCI: the owner is a CI identity (arbiter.LineRecord.OwnerCI).
+	OwnerCI bool `json:"ownerCI,omitempty"`
 }
 
 // endingRecord is how Grant.Ended is written in endedAnnotation.
@@ -152,7 +154,7 @@ func setGrantAnnotations(lease *coordinationv1.Lease, grant arbiter.Grant) error
 	if lease.Annotations == nil {
 		lease.Annotations = map[string]string{}
 	}
-	for _, key := range []string{linesAnnotation, endedAnnotation, writerPodAnnotation, writerUserAnnotation} {
+	for _, key := range []string{linesAnnotation, endedAnnotation, writerPodAnnotation, writerUserAnnotation, writerRunAnnotation} {
 		delete(lease.Annotations, key)
 	}
 	if grant.Writer.PodUID != "" {
@@ -161,10 +163,13 @@ func setGrantAnnotations(lease *coordinationv1.Lease, grant arbiter.Grant) error
 	if grant.Writer.Username != "" {
 		lease.Annotations[writerUserAnnotation] = grant.Writer.Username
 	}
+	if grant.Writer.Run != "" {
+		lease.Annotations[writerRunAnnotation] = grant.Writer.Run
+	}
 	if len(grant.Lines) > 0 {
 		records := make([]lineRecord, len(grant.Lines))
 		for i, r := range grant.Lines {
-			records[i] = lineRecord{Repo: r.Repo, Branch: r.Branch, Build: r.Build, HeldAt: r.HeldAt.UTC(), Owner: r.Owner}
+			records[i] = lineRecord{Repo: r.Repo, Branch: r.Branch, Build: r.Build, HeldAt: r.HeldAt.UTC(), Owner: r.Owner, OwnerCI: r.OwnerCI}
 		}
 		// Without HTML escaping, as arbiter.LineRecord.Size counts: a
 		// string's byte takes at most two.
@@ -208,11 +213,13 @@ func FromLease(lease *coordinationv1.Lease) arbiter.Grant {
 	if lease.Spec.AcquireTime != nil {
 		g.AcquiredAt = lease.Spec.AcquireTime.Time
 	}
-	g.Writer = arbiter.Writer{PodUID: lease.Annotations[writerPodAnnotation], Username: lease.Annotations[writerUserAnnotation]}
+	g.Writer = arbiter.Writer{
+		PodUID: lease.Annotations[writerPodAnnotation], Username: lease.Annotations[writerUserAnnotation], Run: lease.Annotations[writerRunAnnotation],
+	}
 	var records []lineRecord
 	if s := lease.Annotations[linesAnnotation]; s != "" && json.Unmarshal([]byte(s), &records) == nil {
 		for _, r := range records {
-			g.Lines = append(g.Lines, arbiter.LineRecord{Repo: r.Repo, Branch: r.Branch, Build: r.Build, HeldAt: r.HeldAt, Owner: r.Owner})
+			g.Lines = append(g.Lines, arbiter.LineRecord{Repo: r.Repo, Branch: r.Branch, Build: r.Build, HeldAt: r.HeldAt, Owner: r.Owner, OwnerCI: r.OwnerCI})
 		}
 	}
 	var e endingRecord

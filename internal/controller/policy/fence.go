@@ -134,9 +134,10 @@ func readProbe(lock arbiter.Lock, err error) (probeResult, grant.Fence) {
 		return probeFailed, grant.Fence{}
 	}
 	// writer-user comes last: a user name may hold any character.
-	fields := strings.SplitN(msg[i+len(probeMessagePrefix):], ";", 5)
 	var f grant.Fence
-	for j, dest := range []*string{&f.Token, &f.Holder, &f.WriterPod, &f.Accounts, &f.WriterUser} {
+	dests := []*string{&f.Token, &f.Holder, &f.WriterPod, &f.Accounts, &f.Repositories, &f.WriterRun, &f.WriterUser}
+	fields := strings.SplitN(msg[i+len(probeMessagePrefix):], ";", len(dests))
+	for j, dest := range dests {
 		if j >= len(fields) {
 			return probeFailed, grant.Fence{}
 		}

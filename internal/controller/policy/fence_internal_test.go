@@ -32,19 +32,19 @@ func TestReadProbe(t *testing.T) {
 	}{
 		"admitted": {result: probeAdmitted},
 		"refused with the grant": {
-			err:    refusal(ours, "buildlock-probe;token=3;holder=shop-41/uid-1;writer-pod=pod-1;accounts=pipeline;writer-user="),
-			result: probeRefused, fence: grant.Fence{Token: "3", Holder: "shop-41/uid-1", WriterPod: "pod-1", Accounts: "pipeline"},
+			err:    refusal(ours, "buildlock-probe;token=3;holder=shop-41/uid-1;writer-pod=pod-1;accounts=pipeline;repositories=acme/shop,acme/web;writer-run=;writer-user="),
+			result: probeRefused, fence: grant.Fence{Token: "3", Holder: "shop-41/uid-1", WriterPod: "pod-1", Accounts: "pipeline", Repositories: "acme/shop,acme/web"},
 		},
 		"a user name may hold any character, the separator too": {
-			err:    refusal(ours, "buildlock-probe;token=1;holder=;writer-pod=;accounts=*;writer-user=https://idp#a;b=c"),
-			result: probeRefused, fence: grant.Fence{Token: "1", Accounts: "*", WriterUser: "https://idp#a;b=c"},
+			err:    refusal(ours, "buildlock-probe;token=1;holder=;writer-pod=;accounts=*;repositories=*;writer-run=5005/1;writer-user=https://idp#a;b=c"),
+			result: probeRefused, fence: grant.Fence{Token: "1", Accounts: "*", Repositories: "*", WriterRun: "5005/1", WriterUser: "https://idp#a;b=c"},
 		},
 		"the grant Lease is missing": {
 			err:    invalid(ours, "failed to configure binding: no params found for policy binding with `Deny` parameterNotFoundAction"),
 			result: probeParamMissing,
 		},
 		"refused by another lock's binding": {
-			err:    refusal("buildlock-enforce.other.staging", "buildlock-probe;token=3;holder=;writer-pod=;accounts=*;writer-user="),
+			err:    refusal("buildlock-enforce.other.staging", "buildlock-probe;token=3;holder=;writer-pod=;accounts=*;repositories=*;writer-run=;writer-user="),
 			result: probeFailed,
 		},
 		"refused by RBAC": {
