@@ -188,7 +188,7 @@ type BuildLockSpec struct {
 	// lines (ordering NewestWins: the newer wins the waiting slot). When
 	// absent, the BuildLock's creationTimestamp stands in. A timestamp later
 	// than the creationTimestamp plus the operator's --max-timestamp-skew
-	// (an allowance for clock skew, 10 seconds by default) counts as
+	// (an allowance for clock skew, 5 seconds by default) counts as
 	// creationTimestamp plus that allowance: no claim can rank newer than
 	// claims created after it by stamping itself in the future. Any RFC
 	// 3339 time, for example 2026-11-30T22:45:00Z.

@@ -24,10 +24,10 @@ const (
 // only be a client's clock running ahead of the API server's; beyond this
 // allowance the claim is ordered as if stamped creationTimestamp + the
 // allowance. A far-future timestamp therefore wins no contest against claims
-// created more than the allowance after it. Ten seconds covers clocks kept
-// by NTP with room to spare (a creationTimestamp has whole seconds, which
-// takes up to one of them).
-const MaxTimestampSkew = 10 * time.Second
+// created more than the allowance after it. A few seconds covers clocks
+// kept by NTP (a creationTimestamp has whole seconds, which takes up to one
+// of them).
+const MaxTimestampSkew = 5 * time.Second
 
 // DefaultGrantRetention is the default of the operator's --grant-retention:
 // how long a lock's grant record remembers which builds of each line held

@@ -33,7 +33,7 @@ const (
 	// DefaultMaxTimestampSkew is how far after its creation a claim's
 	// Timestamp may place it when Policy.MaxTimestampSkew is not positive
 	// (see [Policy.OrderTime]).
-	DefaultMaxTimestampSkew = 10 * time.Second
+	DefaultMaxTimestampSkew = 5 * time.Second
 	// MaxQuotedLength is the most characters of free text (a force-release
 	// reason) that a message quotes.
 	MaxQuotedLength = 320

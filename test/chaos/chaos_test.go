@@ -161,6 +161,17 @@ func TestChaos(t *testing.T) {
 		o.seed, o.seed, o.duration, o.seed, o.duration)
 	begin := time.Now()
 
+	// The CI jobs' binaries build while the control plane starts.
+	type built struct {
+		tools tools
+		err   error
+	}
+	toolsDir, toolsBuilt := t.TempDir(), make(chan built, 1)
+	go func() {
+		tl, err := buildTools(toolsDir)
+		toolsBuilt <- built{tl, err}
+	}()
+
 	cp, err := startControlPlane(2)
 	if err != nil {
 		t.Fatalf("starting the control plane (run `make envtest`): %v", err)
@@ -181,6 +192,12 @@ func TestChaos(t *testing.T) {
 	if dep != nil {
 		h.check.o.OnLease = dep.observeLease // before the watches start
 	}
+	crowd := h.setupPeople(ctx, dep)
+	b := <-toolsBuilt
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	ci := h.setupJobs(ctx, b.tools)
 	h.startWatches(ctx)
 	go h.watchDeadlines(ctx)
 	defer h.report()
@@ -200,13 +217,20 @@ func TestChaos(t *testing.T) {
 			dep.run(depCtx)
 		}
 	}()
-	h.chaos(ctx)
+	h.chaos(ctx, func(ctx context.Context) { crowd.run(ctx, 3*time.Second) }, ci.run)
 	stopDeployer()
 	<-depDone
-	if dep != nil {
-		h.barrier(ctx)
-		h.figure("%s", dep.judge(h.check))
+	for _, f := range crowd.stop() {
+		h.figure("%s", f)
 	}
+	h.figure("%s", ci.stop())
+	h.barrier(ctx)
+	activities := ci.activities()
+	if dep != nil {
+		h.figure("%s", dep.judge(h.check))
+		activities = append(activities, dep.activities()...)
+	}
+	h.figure("deployers (commands of the plugin's pipelines, pkg/lock jobs, the deployer's admitted writes): %s", h.check.CheckActivities(activities, *flagWindow))
 	phase("1 chaos", began)
 	if len(h.check.Violations()) > 0 {
 		h.stopAll()
@@ -233,6 +257,8 @@ func TestChaos(t *testing.T) {
 	h.check.CheckGrantsCoverHolds()
 	h.check.CheckMemorySupersessions()
 	h.check.CheckLeaseDeletions()
+	h.check.CheckRestores()
+	h.check.CheckForeignLeases()
 	h.figure("run: %s in total (chaos %s)", time.Since(begin).Round(time.Second), o.duration)
 }
 
@@ -254,7 +280,7 @@ func newHarness(t *testing.T, cp *controlPlane, o options) *harness {
 			PolicyLag: o.policyLag, HoldSlack: o.holdSlack, Now: clock.Now}),
 		faults: &faultSet{
 			plan:    &faultPlan{rng: rand.New(rand.NewPCG(o.seed, 0x6661756c7473)), writeRate: o.faultRate, readRate: o.faultRate, podReads: *flagPodReads, injected: newCounters()},
-			refused: newCounters(), zombie: newCounters(), partition: newCounters(), lists: newCounters(), broken: *flagBreak,
+			refused: newCounters(), zombie: newCounters(), partition: newCounters(), lists: newCounters(), broken: *flagBreak, ledger: ledger,
 		},
 		watchRV: map[string]uint64{}, plane: newCounters(), switching: map[LockKey]buildlockv1.Ordering{},
 		cancels: map[string]context.CancelFunc{}, prefer: map[string]int{},
@@ -334,7 +360,8 @@ func workloadNamespace(ns string) bool {
 // Watches
 
 // startWatches feeds the checker: one watch on all BuildLocks, one on all
-// Leases and one on all BuildLockPolicies, each from the resourceVersion of
+// Leases, one on all BuildLockPolicies and one on all namespaces (their
+// consent labels), each from the resourceVersion of
 // an initial list, so that every event arrives once and in the API server's
 // order. A watch that fails with 410 Gone (etcd compacted what it had not
 // read) re-lists, and the checker reconciles its history with the list.
@@ -359,6 +386,20 @@ func (h *harness) startWatches(ctx context.Context) {
 	if err := h.c.List(ctx, &leases); err != nil {
 		h.t.Fatal(err)
 	}
+	var namespaces corev1.NamespaceList
+	if err := h.c.List(ctx, &namespaces); err != nil {
+		h.t.Fatal(err)
+	}
+	h.check.ObserveInitialNamespaces(namespaces.Items)
+	go h.watchLoop(ctx, "Namespace", func() client.ObjectList { return &corev1.NamespaceList{} }, namespaces.ResourceVersion,
+		func(typ watch.EventType, obj runtime.Object) {
+			if n, ok := obj.(*corev1.Namespace); ok {
+				h.check.ObserveNamespace(typ, n)
+			}
+		},
+		func(list client.ObjectList) {
+			h.check.RelistNamespaces(list.(*corev1.NamespaceList).Items, list.GetResourceVersion())
+		})
 	go h.watchLoop(ctx, "BuildLockPolicy", func() client.ObjectList { return &buildlockv1.BuildLockPolicyList{} }, policies.ResourceVersion,
 		func(typ watch.EventType, obj runtime.Object) {
 			if p, ok := obj.(*buildlockv1.BuildLockPolicy); ok {
@@ -493,7 +534,7 @@ func (h *harness) cutChecker() {
 func (h *harness) healChecker(server int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for _, kind := range []string{"BuildLock", "Lease", "BuildLockPolicy"} {
+	for _, kind := range []string{"BuildLock", "Lease", "BuildLockPolicy", "Namespace"} {
 		h.prefer[kind] = server
 	}
 	if h.cut != nil {
@@ -739,6 +780,10 @@ func (h *harness) report() {
 	h.figure("renewals: %d (%d stamped more than a minute ahead); holds that ended LockLost after their expiry: %d; longest a hold was seen past its end: %s (slack %s)",
 		st.Renewals, st.FarRenewals, st.LockLostExpired, st.LongestOverrun.Round(time.Millisecond), h.o.holdSlack)
 	h.figure("orderings: %d grants judged by queue order, %d queue joins followed for fairness, %d ordering changes", st.QueueGrants, st.FairnessTracked, st.OrderingChanges)
+	h.figure("records people touched: %d grant Lease versions written and %d grant Leases deleted by a person, %d token floors deleted; the operator's versions after them: %d (longest %s after), grants written again to their holder: %d, grants of what a person's edit named: %d; line records kept by later versions: %d",
+		st.PersonLeaseEdits, st.PersonLeaseDeletes, st.FloorDeletes, st.Repairs, st.LongestRepair.Round(time.Millisecond), st.Restores, st.FollowedEdits, st.MemoryChecked)
+	h.figure("claims deleted while a finalizer kept them that ended: %d (longest seen being deleted before it ended: %s); Leases of somebody else's under a grant Lease's name: %d; consent labels changed: %d",
+		st.DeletingEnded, st.LongestDeleting.Round(time.Millisecond), st.ForeignLeases, st.ConsentChanges)
 	h.figure("transitions: %s", phases)
 	if n, examples := h.check.HoldsBehindTheGrant(); n > 0 {
 		h.figure("holds shown after the grant had moved on (not a violation: no second holder was shown): %d, e.g. %s", n, strings.Join(examples, "; "))

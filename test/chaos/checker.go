@@ -41,6 +41,24 @@ const TokenFloorLease = "buildlock.token-floor"
 // supersedes a lower build even when no claim of that build remains.
 const LinesAnnotation = "buildlock.io/lines"
 
+// WriterPodAnnotation and WriterUserAnnotation, on the grant Lease of an
+// enforced lock, say whose writes into the target admission lets through
+// while the holder holds: its pod (by UID), or a pod-less holder's
+// requester.
+const (
+	WriterPodAnnotation  = "buildlock.io/writer-pod-uid"
+	WriterUserAnnotation = "buildlock.io/writer-username"
+)
+
+// ManagedByLabel, with value ManagedByValue, marks the Leases the operator
+// writes. A Lease named like a grant Lease that carries neither it nor any
+// other buildlock.io/ label or annotation is somebody else's, which the
+// operator never takes over.
+const (
+	ManagedByLabel = "app.kubernetes.io/managed-by"
+	ManagedByValue = "buildlock"
+)
+
 // maxStatusText bounds the checker's view of a status message: a message
 // quotes free text (a force-release reason of up to 40,000 characters) only
 // in part, so a message longer than this means free text was copied in
@@ -151,6 +169,31 @@ type CheckerStats struct {
 	// LongestOverrun is the longest a hold was seen going on past its end
 	// (in real time), within the slack allowed.
 	LongestOverrun time.Duration
+	// PersonLeaseEdits and PersonLeaseDeletes count the grant Lease
+	// versions people wrote and the grant Leases they deleted; Repairs the
+	// operator versions that followed them, LongestRepair the longest that
+	// took (real time); Restores the grants the operator wrote again to
+	// their holder (after a deletion, or an edit of the holder).
+	PersonLeaseEdits, PersonLeaseDeletes, Repairs, Restores int
+	LongestRepair                                           time.Duration
+	// FollowedEdits counts the operator versions that granted what a
+	// person's edit named, with the token of the grant before it (a
+	// residual, once the holder of that token has ended: bug 8 of
+	// docs/reliability.md).
+	FollowedEdits int
+	// FloorDeletes counts token floors people deleted.
+	FloorDeletes int
+	// DeletingEnded counts claims that ended while being deleted (a
+	// finalizer kept them); LongestDeleting the longest one was seen being
+	// deleted and not ended (real time).
+	DeletingEnded   int
+	LongestDeleting time.Duration
+	// ForeignLeases counts the Leases people created under a grant Lease's
+	// name; ConsentChanges the changes of namespaces' consent labels seen.
+	ForeignLeases, ConsentChanges int
+	// MemoryChecked counts the line records that later versions of their
+	// Lease had to keep.
+	MemoryChecked int
 }
 
 // ---------------------------------------------------------------------------
@@ -181,6 +224,9 @@ type CheckerOptions struct {
 	HoldSlack time.Duration
 	// Now is the workload's clock.
 	Now func() time.Time
+	// RealNow is the real clock, against which the slack for the operator's
+	// reactions is measured (nil: time.Now).
+	RealNow func() time.Time
 	// OnLease, when set, is told of every grant Lease event the checker
 	// judges (with the checker's lock held), re-lists included.
 	OnLease func(typ watch.EventType, l *coordinationv1.Lease)
@@ -197,7 +243,8 @@ type Checker struct {
 	claims     map[types.UID]*claimView
 	names      map[string]types.UID // ns/name → latest UID
 	locks      map[LockKey]*lockView
-	floors     map[string]int64 // namespace → token floor seen
+	floors     map[string]int64 // namespace → the highest token floor seen
+	namespaces map[string]*namespaceView
 	history    []Entry
 	violations []Violation
 	stats      CheckerStats
@@ -244,6 +291,16 @@ type claimView struct {
 	// overrunSince is the real time at which the checker first saw the hold
 	// going on past its end (zero while it has not).
 	overrunSince time.Time
+	// deleting: the claim was seen with a deletionTimestamp (a finalizer
+	// keeps it); deletingSince is the real time at which the checker first
+	// saw it being deleted and not ended.
+	deleting      bool
+	deletingSince time.Time
+	// endRV is the resourceVersion of the first terminal status seen.
+	endRV uint64
+	// requester is who created the claim (spec.requester's user name, as
+	// the API server stamped it; "" when not stamped).
+	requester string
 }
 
 type lockView struct {
@@ -287,6 +344,33 @@ type lockView struct {
 	// unsureUntil: after a re-list the checker may have missed holds; the
 	// rules that depend on the queue's history wait until then.
 	unsureUntil time.Time
+	// lastGrantHolder and lastGrantToken are the latest grant the operator
+	// wrote: a version that names them again after the Lease was deleted,
+	// or after the holder was written away, restores that grant (restores
+	// are judged at the end of the run, in etcd's order).
+	lastGrantHolder string
+	lastGrantToken  int64
+	restores        []restore
+	// personHolder and personToken are what the latest version a person
+	// wrote named; follows the operator versions that granted just that.
+	personHolder string
+	personToken  int64
+	follows      []follow
+	// repair is a person's edit or deletion of the grant Lease that no
+	// operator version has followed yet.
+	repair *repairDue
+	// kept is, per line, the highest build an operator version of the
+	// Lease remembered, which later versions must remember until it ages
+	// out; forgetBefore is when a person last deleted the Lease: the
+	// operator then rebuilds the memory from the claims that remain, so a
+	// build granted before whose claim is gone no longer counts.
+	kept         map[line]heldBuild
+	forgetBefore time.Time
+	// foreign is a Lease a person created under the grant Lease's name;
+	// foreignHolds the claims that entered Held while the checker knew of
+	// it (judged in etcd's order at the end of the run).
+	foreign      *foreignLease
+	foreignHolds []foreignHold
 }
 
 // NewChecker returns a checker that consults ledger for the workload's own
@@ -295,7 +379,8 @@ func NewChecker(ledger *Ledger, o CheckerOptions) *Checker {
 	return &Checker{
 		ledger: ledger, o: o,
 		claims: map[types.UID]*claimView{}, names: map[string]types.UID{}, locks: map[LockKey]*lockView{}, floors: map[string]int64{},
-		stats: CheckerStats{Phases: map[string]int{}, Relists: map[string]int{}},
+		namespaces: map[string]*namespaceView{},
+		stats:      CheckerStats{Phases: map[string]int{}, Relists: map[string]int{}},
 	}
 }
 
@@ -303,10 +388,19 @@ func (c *Checker) lock(k LockKey) *lockView {
 	lv := c.locks[k]
 	if lv == nil {
 		lv = &lockView{held: map[types.UID]bool{}, grants: map[string]time.Time{}, grantRVs: map[string]uint64{}, lines: map[line][]heldBuild{}, memory: map[line][]heldBuild{}, fair: map[line]*fairLine{},
+			kept: map[line]heldBuild{},
 			eras: []policyEra{{ordering: buildlockv1.OrderingNewestWins, maxHold: c.o.MaxHold}}}
 		c.locks[k] = lv
 	}
 	return lv
+}
+
+// realNow is the real clock.
+func (c *Checker) realNow() time.Time {
+	if c.o.RealNow != nil {
+		return c.o.RealNow()
+	}
+	return time.Now()
 }
 
 func (c *Checker) record(e Entry) Entry {
@@ -386,6 +480,9 @@ func describeClaim(bl *buildlockv1.BuildLock) string {
 	if s.RenewedAt != nil {
 		fmt.Fprintf(&b, " renewed=%s", s.RenewedAt.Format("15:04:05.000"))
 	}
+	if bl.DeletionTimestamp != nil {
+		fmt.Fprintf(&b, " deleting")
+	}
 	if _, forced := bl.Annotations[buildlockv1.ForceReleaseAnnotation]; forced {
 		fmt.Fprintf(&b, " force-released(%d chars)", utf8.RuneCountInString(bl.Annotations[buildlockv1.ForceReleaseAnnotation]))
 	}
@@ -404,6 +501,30 @@ func (v *claimView) orderTime() time.Time {
 		return latest
 	}
 	return v.spec.Timestamp.Time
+}
+
+// newClaimView is the checker's view of version bl of a claim, carrying
+// on what it followed of the claim's earlier versions (prev; nil for the
+// first seen).
+func newClaimView(lock LockKey, bl *buildlockv1.BuildLock, prev *claimView, now time.Time) *claimView {
+	cv := &claimView{lock: lock, name: bl.Name, uid: bl.UID, created: bl.CreationTimestamp.Time, rv: bl.ResourceVersion, lastSeen: now}
+	cv.addedRV = parseRV(bl.ResourceVersion)
+	if prev != nil {
+		cv.addedRV, cv.placedRV = prev.addedRV, prev.placedRV
+		cv.heldTokens, cv.heldAt, cv.expiredBeforeRenewal = prev.heldTokens, prev.heldAt, prev.expiredBeforeRenewal
+		cv.renewLow, cv.renewHigh, cv.overrunSince = prev.renewLow, prev.renewHigh, prev.overrunSince
+		cv.deletingSince, cv.endRV = prev.deletingSince, prev.endRV
+	}
+	cv.deleting = bl.DeletionTimestamp != nil
+	if r := bl.Spec.Requester; r != nil {
+		cv.requester = r.Username
+	}
+	if cv.endRV == 0 && isTerminal(phaseOf(bl.Status.Phase)) {
+		cv.endRV = parseRV(bl.ResourceVersion)
+	}
+	cv.spec, cv.status = *bl.Spec.DeepCopy(), *bl.Status.DeepCopy()
+	cv.notePlace(bl)
+	return cv
 }
 
 // notePlace records the resourceVersion at which the claim was first seen
@@ -449,15 +570,7 @@ func (c *Checker) observeClaim(typ watch.EventType, bl *buildlockv1.BuildLock) {
 	lv := c.lock(lock)
 
 	prev := c.claims[bl.UID]
-	cv := &claimView{lock: lock, name: bl.Name, uid: bl.UID, created: bl.CreationTimestamp.Time, rv: bl.ResourceVersion, lastSeen: now}
-	cv.addedRV = parseRV(bl.ResourceVersion)
-	if prev != nil {
-		cv.addedRV, cv.placedRV = prev.addedRV, prev.placedRV
-		cv.heldTokens, cv.heldAt, cv.expiredBeforeRenewal = prev.heldTokens, prev.heldAt, prev.expiredBeforeRenewal
-		cv.renewLow, cv.renewHigh, cv.overrunSince = prev.renewLow, prev.renewHigh, prev.overrunSince
-	}
-	cv.spec, cv.status = *bl.Spec.DeepCopy(), *bl.Status.DeepCopy()
-	cv.notePlace(bl)
+	cv := newClaimView(lock, bl, prev, now)
 
 	// Spec: only the workload writes it.
 	sentAt, written := c.ledger.SpecWritten(bl.Namespace, bl.Name, bl.Spec)
@@ -503,18 +616,27 @@ func (c *Checker) observeClaim(typ watch.EventType, bl *buildlockv1.BuildLock) {
 
 	c.checkHeld(e, lv, cv, prev, from, to, now)
 	if from != to {
-		c.stats.Phases[string(to)+"/"+bl.Status.Reason]++
-		switch to {
-		case buildlockv1.PhaseSuperseded:
-			c.checkSuperseded(e, lv, cv, now)
-		case buildlockv1.PhaseExpired:
-			c.checkExpired(e, lv, cv, now)
-		case buildlockv1.PhaseReleased:
-			c.checkReleased(e, lv, cv, from, now)
-		}
+		c.checkEnding(e, lv, cv, from, to, now)
 	}
 	if to == buildlockv1.PhaseWaiting {
 		c.trackFairness(lv, cv, now)
+	}
+}
+
+// checkEnding judges a claim's move from phase from to phase to: how it
+// ended, when it did.
+func (c *Checker) checkEnding(e Entry, lv *lockView, cv *claimView, from, to buildlockv1.Phase, now time.Time) {
+	c.stats.Phases[string(to)+"/"+cv.status.Reason]++
+	if cv.deleting && isTerminal(to) && !isTerminal(from) {
+		c.stats.DeletingEnded++
+	}
+	switch to {
+	case buildlockv1.PhaseSuperseded:
+		c.checkSuperseded(e, lv, cv, now)
+	case buildlockv1.PhaseExpired:
+		c.checkExpired(e, lv, cv, now)
+	case buildlockv1.PhaseReleased:
+		c.checkReleased(e, lv, cv, from, now)
 	}
 }
 
@@ -628,8 +750,14 @@ func (c *Checker) checkHeld(e Entry, lv *lockView, cv, prev *claimView, from, to
 	token := cv.status.FencingToken
 	switch {
 	case to == buildlockv1.PhaseHeld && from != buildlockv1.PhaseHeld:
-		if token <= lv.lastHeldToken {
+		if token <= lv.lastHeldToken && !followsEdit(lv, cv, token) {
 			c.violate(e, "fencing-token-increases", "%s holds with fencing token %d, not above the previous holder %s's %d", cv.name, token, lv.lastHeldName, lv.lastHeldToken)
+		}
+		if cv.deleting {
+			c.violate(e, "deleted-claim-ends", "%s entered Held while being deleted: a claim being deleted has ended", cv.name)
+		}
+		if lv.foreign != nil {
+			lv.foreignHolds = append(lv.foreignHolds, foreignHold{e: e, name: cv.name, rv: parseRV(cv.rv)})
 		}
 		lv.lastHeldToken, lv.lastHeldName = max(lv.lastHeldToken, token), cv.name
 		cv.heldTokens = append(cv.heldTokens, token)
@@ -815,6 +943,10 @@ func (c *Checker) checkReleased(e Entry, lv *lockView, cv *claimView, from build
 		}
 	case buildlockv1.ReasonLockLost:
 		c.checkLockLost(e, lv, cv, from, now)
+	case buildlockv1.ReasonDeleted:
+		if !cv.deleting && !c.ledger.DeleteRequested(cv.lock.Namespace, cv.name) {
+			c.violate(e, "released-for-a-reason", "%s Released as Deleted but nobody deleted it", cv.name)
+		}
 	default:
 		c.violate(e, "released-for-a-reason", "%s Released with unknown reason %q", cv.name, cv.status.Reason)
 	}
@@ -883,45 +1015,108 @@ func (c *Checker) observeLease(typ watch.EventType, l *coordinationv1.Lease) {
 		token = int64(*l.Spec.LeaseTransitions)
 	}
 	if l.Name == TokenFloorLease {
-		if typ != watch.Deleted {
-			c.floors[l.Namespace] = max(c.floors[l.Namespace], token)
-		}
+		c.observeFloor(typ, l, token)
 		return
 	}
 	if !strings.HasPrefix(l.Name, LeasePrefix) {
 		return
 	}
+	lock := LockKey{l.Namespace, strings.TrimPrefix(l.Name, LeasePrefix)}
+	lv := c.lock(lock)
+	if c.observeForeign(typ, lv, lock, l) {
+		return
+	}
 	if c.o.OnLease != nil {
 		c.o.OnLease(typ, l)
 	}
-	lock := LockKey{l.Namespace, strings.TrimPrefix(l.Name, LeasePrefix)}
 	holder := ""
 	if l.Spec.HolderIdentity != nil {
 		holder = *l.Spec.HolderIdentity
 	}
+	person := typ != watch.Deleted && c.ledger.PersonWroteLease(l)
+	what := fmt.Sprintf("holder=%q token=%d", holder, token)
+	if w := l.Annotations[WriterPodAnnotation]; w != "" {
+		what += " writer=" + w
+	}
+	if person {
+		what += " (written by a person)"
+	}
 	e := c.record(Entry{At: c.o.Now(), Kind: "Lease", Type: typ, Lock: lock, Name: l.Name, UID: l.UID, RV: l.ResourceVersion,
-		What: fmt.Sprintf("holder=%q token=%d", holder, token), token: token, identity: holder})
+		What: what, token: token, identity: holder})
 	c.stats.LeaseEvents++
-	lv := c.lock(lock)
 	if typ == watch.Deleted {
 		c.checkLeaseDeletion(e, lv, l, false)
 		return
 	}
+	if person {
+		// Not the operator's: no rule binds what a person writes, and no
+		// later grant is measured against it; the operator must undo it.
+		c.notePersonEdit(e, lv, l)
+		return
+	}
+	c.noteRepaired(lv)
+	c.judgeTokens(e, lv, l, holder, token)
+	c.checkWriter(e, l, holder)
+	c.noteMemory(e, lv, l)
+	lv.leaseSeen, lv.leaseDeleted, lv.leaseHolder, lv.leaseToken = true, false, holder, token
+	lv.lease = l.DeepCopy()
+	lv.leaseMaxToken = max(lv.leaseMaxToken, token)
+	c.stats.MaxToken = max(c.stats.MaxToken, token)
+}
+
+// judgeTokens judges a version of the grant Lease the operator wrote
+// against the grants before it: a new holder comes with a token above every
+// token so far, or names the latest grant's holder again (a restore); a
+// holder keeps its token; a freed Lease keeps its token floor.
+func (c *Checker) judgeTokens(e Entry, lv *lockView, l *coordinationv1.Lease, holder string, token int64) {
 	switch {
+	case lv.namesLatestGrantAgain(holder, token):
+		c.noteRestore(e, lv, l, holder)
+	case lv.followsPerson(holder, token):
+		c.noteFollowed(e, lv, l, holder, token)
 	case holder != "" && (!lv.leaseSeen || lv.leaseDeleted || holder != lv.leaseHolder):
 		c.noteGrant(e, lv, l, holder, token)
 	case holder != "" && token != lv.leaseToken:
 		c.violate(e, "fencing-token-increases", "the Lease kept holder %s but its token changed %d → %d", holder, lv.leaseToken, token)
 	case holder == "" && token < lv.leaseMaxToken:
 		c.violate(e, "fencing-token-increases", "the freed Lease lowered its token floor %d → %d", lv.leaseMaxToken, token)
-	case holder == "" && typ == Relisted && token > lv.leaseMaxToken:
+	case holder == "" && e.Type == Relisted && token > lv.leaseMaxToken:
 		lv.gapTokens = append(lv.gapTokens, [2]int64{lv.leaseMaxToken + 1, token})
 	}
-	c.noteMemory(e, lv, l)
-	lv.leaseSeen, lv.leaseDeleted, lv.leaseHolder, lv.leaseToken = true, false, holder, token
-	lv.lease = l.DeepCopy()
-	lv.leaseMaxToken = max(lv.leaseMaxToken, token)
-	c.stats.MaxToken = max(c.stats.MaxToken, token)
+}
+
+// namesLatestGrantAgain reports whether a version naming holder with
+// token names the latest grant again, after the Lease was deleted or
+// written away from it.
+func (lv *lockView) namesLatestGrantAgain(holder string, token int64) bool {
+	return holder != "" && holder == lv.lastGrantHolder && token == lv.lastGrantToken && (lv.leaseDeleted || holder != lv.leaseHolder)
+}
+
+// followsPerson reports whether a version naming holder with token grants
+// what the latest version a person wrote named.
+func (lv *lockView) followsPerson(holder string, token int64) bool {
+	return holder != "" && holder == lv.personHolder && token == lv.personToken && holder != lv.leaseHolder
+}
+
+// observeFloor follows a namespace's token floor: the highest token of the
+// grant Leases the operator deleted there. The operator raises it before it
+// deletes a Lease, so an idle Lease is deleted only once some version of
+// the floor held its token (a person's deletion of the floor meanwhile
+// does not make that deletion wrong: the operator restores the floor, and
+// fencing-token-increases judges every later grant). Only a person deletes
+// a floor.
+func (c *Checker) observeFloor(typ watch.EventType, l *coordinationv1.Lease, token int64) {
+	e := c.record(Entry{At: c.o.Now(), Kind: "Lease", Type: typ, Lock: LockKey{Namespace: l.Namespace}, Name: l.Name, UID: l.UID, RV: l.ResourceVersion,
+		What: fmt.Sprintf("token floor %d", token), token: token})
+	if typ != watch.Deleted {
+		c.floors[l.Namespace] = max(c.floors[l.Namespace], token)
+		return
+	}
+	if c.ledger.PersonDeletedLease(l.UID) {
+		c.stats.FloorDeletes++
+		return
+	}
+	c.violate(e, "grant-record-kept", "the token floor of %s (%d) was deleted by nobody who may", l.Namespace, token)
 }
 
 // noteGrant judges and records a Lease that names a new holder: its token
@@ -934,13 +1129,8 @@ func (c *Checker) noteGrant(e Entry, lv *lockView, l *coordinationv1.Lease, hold
 	if e.Type == Relisted && token > lv.leaseMaxToken+1 {
 		lv.gapTokens = append(lv.gapTokens, [2]int64{lv.leaseMaxToken + 1, token - 1})
 	}
-	var acquired time.Time
-	if l.Spec.AcquireTime != nil {
-		acquired = l.Spec.AcquireTime.Time
-	}
-	lv.grants[holderIdentityToken(holder, token)] = acquired
-	lv.grantRVs[holderIdentityToken(holder, token)] = parseRV(l.ResourceVersion)
-	lv.grants[holder] = acquired
+	acquired := recordGrant(lv, l, holder, token)
+	lv.lastGrantToken = token
 	c.stats.Grants++
 	if _, uid, ok := strings.Cut(holder, "/"); ok {
 		if cv := c.claims[types.UID(uid)]; cv != nil && !acquired.IsZero() {
@@ -949,11 +1139,33 @@ func (c *Checker) noteGrant(e Entry, lv *lockView, l *coordinationv1.Lease, hold
 	}
 }
 
+// recordGrant records that version l of lock lv's Lease granted holder
+// token (and makes it the latest grant), and returns the grant's acquire
+// time.
+func recordGrant(lv *lockView, l *coordinationv1.Lease, holder string, token int64) time.Time {
+	var acquired time.Time
+	if l.Spec.AcquireTime != nil {
+		acquired = l.Spec.AcquireTime.Time
+	}
+	lv.grants[holderIdentityToken(holder, token)] = acquired
+	lv.grantRVs[holderIdentityToken(holder, token)] = parseRV(l.ResourceVersion)
+	lv.grants[holder] = acquired
+	lv.lastGrantHolder = holder
+	return acquired
+}
+
 // checkLeaseDeletion: the operator deletes a grant Lease only when it
 // grants nothing, no claim of the lock exists, and it was not written for
 // the grant retention; and only after the namespace's token floor holds its
-// token, so that no token can ever be issued twice.
+// token, so that no token can ever be issued twice. A person may delete
+// it at any time: the operator must then write it again from the claims.
 func (c *Checker) checkLeaseDeletion(e Entry, lv *lockView, l *coordinationv1.Lease, gap bool) {
+	lv.kept = map[line]heldBuild{}
+	if c.ledger.PersonDeletedLease(l.UID) {
+		c.notePersonDelete(e, lv)
+		lv.leaseDeleted, lv.leaseHolder, lv.lease = true, "", nil
+		return
+	}
 	c.stats.LeaseDeletes++
 	token := int64(0)
 	if l.Spec.LeaseTransitions != nil {
@@ -1069,8 +1281,17 @@ func (c *Checker) CheckMemorySupersessions() {
 	for _, k := range c.sortedLocks() {
 		lv := c.locks[k]
 		for _, p := range lv.memoryPending {
-			c.violate(p.e, "superseded-by-newer", "%s (%s#%d) was superseded by the grant record's memory, but no build of its line at or above it held within %s, and no version of the Lease remembered one",
-				p.cv.name, lineOf(p.cv.spec), p.cv.spec.Build, c.o.Retention)
+			switch p.cv.status.Reason {
+			case buildlockv1.ReasonLineOwnedByOther:
+				c.violate(p.e, "superseded-by-newer", "%s (%s#%d, by %q) was superseded as LineOwnedByOther, but no other service account's build of its line held within %s",
+					p.cv.name, lineOf(p.cv.spec), p.cv.spec.Build, p.cv.requester, c.o.Retention)
+			case buildlockv1.ReasonBuildJumpTooLarge:
+				c.violate(p.e, "superseded-by-newer", "%s (%s#%d) was superseded as BuildJumpTooLarge, but no build of its line more than %d below it held within %s",
+					p.cv.name, lineOf(p.cv.spec), p.cv.spec.Build, buildlockv1.DefaultMaxBuildJump, c.o.Retention)
+			default:
+				c.violate(p.e, "superseded-by-newer", "%s (%s#%d) was superseded by the grant record's memory, but no build of its line at or above it held within %s, and no version of the Lease remembered one",
+					p.cv.name, lineOf(p.cv.spec), p.cv.spec.Build, c.o.Retention)
+			}
 		}
 		lv.memoryPending = nil
 	}
@@ -1169,6 +1390,20 @@ func (c *Checker) Claim(ns, name string) (phase buildlockv1.Phase, heldAt time.T
 	return phaseOf(cv.status.Phase), cv.heldAt, !cv.deleted
 }
 
+// Granted reports whether the grant Lease of claim ns/name's lock named it
+// (it holds, or held).
+func (c *Checker) Granted(ns, name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cv := c.claims[c.names[ns+"/"+name]]
+	if cv == nil {
+		return false
+	}
+	lv := c.locks[cv.lock]
+	_, ok := lv.grants[holderIdentity(cv.name, cv.uid)]
+	return ok
+}
+
 // LiveClaims counts the claims of lock k that exist and are not terminal.
 func (c *Checker) LiveClaims(k LockKey) int {
 	c.mu.Lock()
@@ -1180,6 +1415,34 @@ func (c *Checker) LiveClaims(k LockKey) int {
 		}
 	}
 	return n
+}
+
+// ClaimRef is a claim as the checker last saw it.
+type ClaimRef struct {
+	Name, PodUID string
+	UID          types.UID
+	Phase        buildlockv1.Phase
+	Token        int64
+}
+
+// Claims returns the claims of lock k that exist and have not ended, in
+// name order.
+func (c *Checker) Claims(k LockKey) []ClaimRef {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []ClaimRef
+	for _, cv := range c.claims {
+		if cv.lock != k || cv.deleted || isTerminal(phaseOf(cv.status.Phase)) {
+			continue
+		}
+		r := ClaimRef{Name: cv.name, UID: cv.uid, Phase: phaseOf(cv.status.Phase), Token: cv.status.FencingToken}
+		if cv.spec.PodRef != nil {
+			r.PodUID = cv.spec.PodRef.UID
+		}
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
 }
 
 // HeldLine is a build of a line that held a lock (the claim Name), and when

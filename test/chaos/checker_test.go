@@ -46,7 +46,7 @@ func newHistory(t *testing.T) *history {
 	h := &history{t: t, now: t0, claims: map[string]*buildlockv1.BuildLock{}}
 	h.ledger = NewLedger(func() time.Time { return h.now })
 	h.c = NewChecker(h.ledger, CheckerOptions{TTL: 5 * time.Second, Tolerance: time.Second, Retention: time.Hour,
-		PolicyLag: 0, HoldSlack: 10 * time.Second, Now: func() time.Time { return h.now }})
+		PolicyLag: 0, HoldSlack: 10 * time.Second, Now: func() time.Time { return h.now }, RealNow: func() time.Time { return h.now }})
 	return h
 }
 
@@ -99,7 +99,8 @@ func (h *history) status(name string, phase buildlockv1.Phase, reason string, to
 // grant: somebody writes the Lease.
 func (h *history) grant(holder string, token int32) {
 	if h.lease == nil {
-		h.lease = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: LeasePrefix + "env-0", CreationTimestamp: metav1.NewTime(h.now)}}
+		h.lease = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: LeasePrefix + "env-0", CreationTimestamp: metav1.NewTime(h.now),
+			UID: types.UID(fmt.Sprintf("lease-%d", h.rv)), Labels: map[string]string{ManagedByLabel: ManagedByValue}}}
 	}
 	h.lease.ResourceVersion = h.nextRV()
 	h.lease.Spec.HolderIdentity = nil
@@ -123,6 +124,69 @@ func (h *history) remember(repo string, build int64, heldAt time.Time) {
 	h.lease.ResourceVersion = h.nextRV()
 	h.lease.Annotations = map[string]string{LinesAnnotation: fmt.Sprintf(`[{"repo":%q,"branch":"main","build":%d,"heldAt":%q}]`, repo, build, heldAt.Format(time.RFC3339Nano))}
 	h.c.ObserveLease(watch.Modified, h.lease.DeepCopy())
+}
+
+// personDeletesLease: a person deletes the grant Lease (the operator
+// writes it again with grant).
+func (h *history) personDeletesLease() {
+	l := h.lease.DeepCopy()
+	l.ResourceVersion = h.nextRV()
+	h.ledger.PersonDeletesLease(l)
+	h.c.ObserveLease(watch.Deleted, l)
+	h.lease = nil
+}
+
+// personEditsLease: a person updates the grant Lease as read, changed by
+// edit (its renewTime stays the operator's last).
+func (h *history) personEditsLease(edit func(*coordinationv1.Lease)) {
+	l := h.lease.DeepCopy()
+	l.ResourceVersion = h.nextRV()
+	edit(l)
+	h.ledger.PersonWritesLease(l)
+	h.c.ObserveLease(watch.Modified, l.DeepCopy())
+	h.later(10 * time.Millisecond)
+}
+
+// deleting: the owner deletes a claim that a finalizer keeps: it stays,
+// with a deletionTimestamp.
+func (h *history) deleting(name string) {
+	bl := h.claims[name]
+	h.ledger.RequestDelete(ns, name)
+	bl.ResourceVersion = h.nextRV()
+	bl.DeletionTimestamp = &metav1.Time{Time: h.now}
+	bl.Finalizers = []string{"chaos.buildlock.io/keep"}
+	h.c.ObserveClaim(watch.Modified, bl.DeepCopy())
+}
+
+// foreignLease: a person creates a Lease of their own under the grant
+// Lease's name.
+func (h *history) foreignLease() *coordinationv1.Lease {
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: LeasePrefix + "env-0", UID: "foreign", ResourceVersion: h.nextRV()},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("deploy-bot"), LeaseTransitions: ptr.To(int32(7))}}
+	h.ledger.PersonCreatesForeignLease(ns, l.Name)
+	h.c.ObserveLease(watch.Added, l.DeepCopy())
+	return l
+}
+
+// consent: namespace env-0's consent label changes to value; a person's
+// request when byPerson, else a pipeline's.
+func (h *history) consent(value string, byPerson bool) {
+	if byPerson {
+		h.ledger.PersonSetsConsent("env-0", value)
+	} else {
+		h.ledger.PipelineTriesConsent("env-0", value)
+	}
+	n := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "env-0", ResourceVersion: h.nextRV()}}
+	if value != "" {
+		n.Labels = map[string]string{buildlockv1.LockedByLabel: value}
+	}
+	h.c.ObserveNamespace(watch.Modified, n)
+}
+
+// command: a holder's command ran on env-0 from fromMs to toMs after t0.
+func command(claim string, token int64, job string, fromMs, toMs int) Activity {
+	return Activity{Kind: ActivityCommand, Lock: LockKey{ns, "env-0"}, Claim: claim, Token: token, Job: job,
+		Start: t0.Add(time.Duration(fromMs) * time.Millisecond), End: t0.Add(time.Duration(toMs) * time.Millisecond)}
 }
 
 // deleteLeaseAround: the last claim b and the idle Lease are deleted, the
@@ -268,6 +332,155 @@ func TestCheckerAccepts(t *testing.T) {
 			})
 			h.status("web-7", buildlockv1.PhaseSuperseded, buildlockv1.ReasonSupersededByNewerBuild, 0, "web-8")
 			h.status("web-8", buildlockv1.PhaseHeld, buildlockv1.ReasonAcquired, 2, "")
+		},
+		// Issue 21: what people do around the locks, and how the
+		// operator answers.
+		"a held lock's grant Lease deleted by a person and written again from the claims, then a hand-off above its token": func(h *history) {
+			h.create("a", "acme/shop", 41, "pod-a")
+			h.create("b", "acme/web", 7, "pod-b")
+			h.hold("a", 3)
+			h.personDeletesLease()
+			h.later(100 * time.Millisecond)
+			h.grant("a", 3) // the same hold, named again
+			h.ledger.PodFinishing(ns, "pod-a", true)
+			h.grant("b", 4)
+			h.status("a", buildlockv1.PhaseReleased, buildlockv1.ReasonPodFinished, 0, "")
+			h.status("b", buildlockv1.PhaseHeld, buildlockv1.ReasonAcquired, 4, "")
+			h.later(time.Minute)
+			h.c.CheckHoldDeadlines(h.now)
+		},
+		"the holder edited to a waiter with the holder's token, the writer and the token by a person, each undone": func(h *history) {
+			h.create("a", "acme/shop", 41, "pod-a")
+			h.create("b", "acme/web", 7, "pod-b")
+			h.hold("a", 3)
+			h.status("b", buildlockv1.PhaseWaiting, buildlockv1.ReasonWaitingForHolder, 0, "")
+			h.personEditsLease(func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr.To("b/uid-b") })
+			h.grant("a", 3)
+			h.personEditsLease(func(l *coordinationv1.Lease) {
+				l.Annotations = map[string]string{WriterPodAnnotation: "pod-b"}
+			})
+			h.grant("a", 3)
+			h.personEditsLease(func(l *coordinationv1.Lease) { l.Spec.LeaseTransitions = ptr.To(int32(1)) })
+			h.grant("a", 3)
+			h.personEditsLease(func(l *coordinationv1.Lease) { l.Spec.LeaseTransitions = ptr.To(int32(50)) })
+			h.grant("a", 3)
+			h.later(time.Minute)
+			h.c.CheckHoldDeadlines(h.now)
+		},
+		// Seen in a short run: the operator raised the floor, a person
+		// deleted it, the operator deleted the idle Lease.
+		"an idle Lease deleted just after a person deleted the floor that held its token": func(h *history) {
+			handOff(h)
+			h.deleteClaim("a", true)
+			h.deleteClaim("b", true)
+			h.grant("", 2)
+			h.later(time.Hour)
+			floor := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: TokenFloorLease, UID: "floor", ResourceVersion: h.nextRV()},
+				Spec: coordinationv1.LeaseSpec{LeaseTransitions: ptr.To(int32(2))}}
+			h.c.ObserveLease(watch.Added, floor.DeepCopy())
+			h.ledger.PersonDeletesLease(floor)
+			floor.ResourceVersion = h.nextRV()
+			h.c.ObserveLease(watch.Deleted, floor)
+			h.c.ObserveLease(watch.Deleted, h.lease.DeepCopy())
+		},
+		// Seen in a short run: the edit names the waiter, the holder is
+		// deleted before the operator undoes it; nothing shows the token
+		// any more, and the operator takes the edit for a grant.
+		"a person's edit naming the waiter followed, once the holder was deleted": func(h *history) {
+			h.create("a", "acme/shop", 41, "pod-a")
+			h.create("b", "acme/web", 7, "pod-b")
+			h.hold("a", 3)
+			h.status("b", buildlockv1.PhaseWaiting, buildlockv1.ReasonWaitingForHolder, 0, "")
+			h.personEditsLease(func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr.To("b/uid-b") })
+			h.deleteClaim("a", true)
+			h.grant("b", 3)
+			h.status("b", buildlockv1.PhaseHeld, buildlockv1.ReasonAcquired, 3, "")
+		},
+		"the token floor deleted by a person": func(h *history) {
+			floor := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: TokenFloorLease, UID: "floor", ResourceVersion: h.nextRV()},
+				Spec: coordinationv1.LeaseSpec{LeaseTransitions: ptr.To(int32(2))}}
+			h.c.ObserveLease(watch.Added, floor.DeepCopy())
+			h.ledger.PersonDeletesLease(floor)
+			floor.ResourceVersion = h.nextRV()
+			h.c.ObserveLease(watch.Deleted, floor)
+		},
+		"a holder deleted while a finalizer keeps it, released Deleted, the waiter granted": func(h *history) {
+			h.create("a", "acme/shop", 41, "pod-a")
+			h.create("b", "acme/web", 7, "pod-b")
+			h.hold("a", 1)
+			h.status("b", buildlockv1.PhaseWaiting, buildlockv1.ReasonWaitingForHolder, 0, "")
+			h.deleting("a")
+			h.c.CheckHoldDeadlines(h.now)
+			h.later(time.Second)
+			h.grant("b", 2)
+			h.status("a", buildlockv1.PhaseReleased, buildlockv1.ReasonDeleted, 0, "")
+			h.status("b", buildlockv1.PhaseHeld, buildlockv1.ReasonAcquired, 2, "")
+			h.later(time.Minute)
+			h.c.CheckHoldDeadlines(h.now)
+			h.deleteClaim("a", true)
+		},
+		"a flood of other lines, the victim line's memory kept until it ages out": func(h *history) {
+			h.grant("", 1)
+			h.remember("acme/shop", 42, h.now)
+			records := []string{fmt.Sprintf(`{"repo":"acme/shop","branch":"main","build":42,"heldAt":%q}`, h.now.Format(time.RFC3339Nano))}
+			for i := range 80 {
+				h.later(10 * time.Millisecond)
+				if len(records) < 20 { // the flood's share is full: later lines are not remembered
+					records = append(records, fmt.Sprintf(`{"repo":"flood/l-%d","branch":"main","build":1,"heldAt":%q,"owner":"system:serviceaccount:chaos-1:flood"}`,
+						i, h.now.Format(time.RFC3339Nano)))
+				}
+				h.lease.ResourceVersion = h.nextRV()
+				h.lease.Spec.RenewTime = &metav1.MicroTime{Time: h.now}
+				h.lease.Annotations[LinesAnnotation] = "[" + strings.Join(records, ",") + "]"
+				h.c.ObserveLease(watch.Modified, h.lease.DeepCopy())
+			}
+			h.later(2 * time.Hour)
+			h.remember("flood/l-80", 1, h.now) // acme/shop's record aged out
+		},
+		"a Lease of somebody else's, the claim Pending until its owner deleted it": func(h *history) {
+			f := h.foreignLease()
+			h.create("a", "acme/shop", 41, "pod-a")
+			h.status("a", buildlockv1.PhasePending, buildlockv1.ReasonForeignLease, 0, "")
+			h.ledger.PersonDeletesLease(f)
+			f.ResourceVersion = h.nextRV()
+			h.c.ObserveLease(watch.Deleted, f)
+			h.hold("a", 1)
+		},
+		"consent withdrawn and given again by a person": func(h *history) {
+			h.c.ObserveInitialNamespaces([]corev1.Namespace{{ObjectMeta: metav1.ObjectMeta{Name: "env-0", Labels: map[string]string{buildlockv1.LockedByLabel: "chaos-0"}}}})
+			h.consent("", true)
+			h.consent("chaos-0", true)
+		},
+		"a claim superseded because another service account holds its line": func(h *history) {
+			a := h.create("a", "acme/shop", 41, "pod-a")
+			a.Spec.Requester = &buildlockv1.Requester{Username: "system:serviceaccount:chaos-0:team-a"}
+			h.hold("a", 1)
+			b := h.create("b", "acme/shop", 42, "pod-b")
+			b.Spec.Requester = &buildlockv1.Requester{Username: "system:serviceaccount:chaos-0:team-b"}
+			h.status("b", buildlockv1.PhaseSuperseded, buildlockv1.ReasonLineOwnedByOther, 0, "")
+		},
+		// Seen in a 2-minute run (seed 23): api's line joins just behind
+		// shop's; a newer build of shop's line, still Pending, is granted
+		// at its line's place (the build it supersedes is no longer
+		// Waiting when its Held status comes).
+		"Queue: a newer build of the line ahead granted straight from Pending at its line's place": func(h *history) {
+			h.setPolicy(buildlockv1.OrderingQueue, 0)
+			h.create("web", "acme/web", 7, "pod-web")
+			h.hold("web", 1)
+			h.create("api", "acme/api", 3, "pod-api")
+			h.create("shop-51", "acme/shop", 51, "pod-shop-51")
+			place := h.now
+			h.status("api", buildlockv1.PhaseWaiting, buildlockv1.ReasonQueued, 0, "", func(s *buildlockv1.BuildLockStatus) {
+				s.QueuedAt = &metav1.MicroTime{Time: place.Add(time.Microsecond)}
+			})
+			h.status("shop-51", buildlockv1.PhaseWaiting, buildlockv1.ReasonQueued, 0, "", func(s *buildlockv1.BuildLockStatus) { s.QueuedAt = &metav1.MicroTime{Time: place} })
+			h.later(time.Second)
+			h.create("shop-62", "acme/shop", 62, "pod-shop-62")
+			h.ledger.PodFinishing(ns, "pod-web", true)
+			h.grant("shop-62", 2)
+			h.status("web", buildlockv1.PhaseReleased, buildlockv1.ReasonPodFinished, 0, "")
+			h.status("shop-51", buildlockv1.PhaseSuperseded, buildlockv1.ReasonSupersededByNewerBuild, 0, "shop-62")
+			h.status("shop-62", buildlockv1.PhaseHeld, buildlockv1.ReasonAcquired, 2, "")
 		},
 		"a correct hand-off, a supersession, deletions by the TTL and the owner, and a freed Lease": func(h *history) {
 			handOff(h)
@@ -439,6 +652,8 @@ func TestCheckerAccepts(t *testing.T) {
 			h.c.CheckGrantsCoverHolds()
 			h.c.CheckMemorySupersessions()
 			h.c.CheckLeaseDeletions()
+			h.c.CheckRestores()
+			h.c.CheckForeignLeases()
 			h.expect()
 		})
 	}
@@ -449,6 +664,167 @@ func TestCheckerReports(t *testing.T) {
 		history func(h *history)
 		rules   []string
 	}{
+		// Issue 21.
+		"a held lock's grant Lease deleted by a person and never written again": {
+			history: func(h *history) {
+				h.create("a", "acme/shop", 41, "pod-a")
+				h.hold("a", 3)
+				h.personDeletesLease()
+				h.c.CheckHoldDeadlines(h.now)
+				h.later(11 * time.Second)
+				h.c.CheckHoldDeadlines(h.now)
+			},
+			rules: []string{"grant-record-repaired"},
+		},
+		"a person's edit of the writer never undone": {
+			history: func(h *history) {
+				h.create("a", "acme/shop", 41, "pod-a")
+				h.hold("a", 3)
+				h.personEditsLease(func(l *coordinationv1.Lease) { l.Annotations = map[string]string{WriterPodAnnotation: "pod-b"} })
+				h.later(11 * time.Second)
+				h.c.CheckHoldDeadlines(h.now)
+			},
+			rules: []string{"grant-record-repaired"},
+		},
+		"tokens restarting after a person deleted the grant Lease": {
+			history: func(h *history) {
+				h.create("a", "acme/shop", 41, "pod-a")
+				h.create("b", "acme/web", 7, "pod-b")
+				h.hold("a", 3)
+				h.personDeletesLease()
+				h.ledger.PodFinishing(ns, "pod-a", true)
+				h.grant("b", 1) // the floor's value, not above 3
+				h.status("a", buildlockv1.PhaseReleased, buildlockv1.ReasonPodFinished, 0, "")
+				h.status("b", buildlockv1.PhaseHeld, buildlockv1.ReasonAcquired, 1, "")
+			},
+			rules: []string{"fencing-token-increases", "fencing-token-increases"},
+		},
+		"a person's edit naming the waiter followed while the holder still held": {
+			history: func(h *history) {
+				h.create("a", "acme/shop", 41, "pod-a")
+				h.create("b", "acme/web", 7, "pod-b")
+				h.hold("a", 3)
+				h.status("b", buildlockv1.PhaseWaiting, buildlockv1.ReasonWaitingForHolder, 0, "")
+				h.personEditsLease(func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr.To("b/uid-b") })
+				h.grant("b", 3)
+			},
+			rules: []string{"fencing-token-increases"},
+		},
+		"a grant restored to its holder after the holder was deleted (a stale cache)": {
+			history: func(h *history) {
+				h.create("a", "acme/shop", 41, "")
+				h.hold("a", 1)
+				h.deleteClaim("a", true)
+				h.grant("", 1)
+				h.later(2 * time.Second)
+				h.grant("a", 1)
+			},
+			rules: []string{"grant-record-repaired"},
+		},
+		"a writer annotation that is not the holder's pod": {
+			history: func(h *history) {
+				a := h.create("a", "acme/shop", 41, "pod-a")
+				a.Spec.PodRef.UID = "6f1c7a2e-5b1d-4c6e-9a0b-2f9d3c4e5a6b"
+				h.ledger.WroteSpec(ns, "a", a.Spec)
+				h.c.ObserveClaim(watch.Modified, a.DeepCopy())
+				h.lease = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: LeasePrefix + "env-0", UID: "l",
+					Annotations: map[string]string{WriterPodAnnotation: "0000dead-5b1d-4c6e-9a0b-2f9d3c4e5a6b"}}}
+				h.hold("a", 1)
+			},
+			rules: []string{"grant-record"},
+		},
+		"a writer pod kept on the Lease of a holder that has no pod": {
+			history: func(h *history) {
+				h.create("a", "acme/shop", 41, "")
+				h.lease = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: LeasePrefix + "env-0", UID: "l",
+					Annotations: map[string]string{WriterPodAnnotation: "0000dead-5b1d-4c6e-9a0b-2f9d3c4e5a6b"}}}
+				h.hold("a", 1)
+			},
+			rules: []string{"grant-record"},
+		},
+		"a line's memory dropped within the retention": {
+			history: func(h *history) {
+				h.remember("acme/shop", 42, h.now)
+				h.later(time.Minute)
+				h.remember("flood/l-1", 1, h.now)
+			},
+			rules: []string{"line-memory-kept"},
+		},
+		"a Lease of somebody else's taken over by the operator, and a claim held meanwhile": {
+			history: func(h *history) {
+				f := h.foreignLease()
+				h.create("a", "acme/shop", 41, "pod-a")
+				f.ResourceVersion = h.nextRV()
+				f.Labels = map[string]string{ManagedByLabel: ManagedByValue}
+				f.Spec.HolderIdentity, f.Spec.LeaseTransitions = ptr.To("a/uid-a"), ptr.To(int32(8))
+				h.c.ObserveLease(watch.Modified, f.DeepCopy())
+				h.status("a", buildlockv1.PhaseHeld, buildlockv1.ReasonAcquired, 8, "")
+			},
+			rules: []string{"foreign-lease-kept", "grant-before-hold", "foreign-lease-kept"},
+		},
+		"a consent label changed by a pipeline (admission let it through)": {
+			history: func(h *history) {
+				h.c.ObserveInitialNamespaces([]corev1.Namespace{{ObjectMeta: metav1.ObjectMeta{Name: "env-0", Labels: map[string]string{buildlockv1.LockedByLabel: "chaos-0"}}}})
+				h.consent("", false)
+			},
+			rules: []string{"consent-by-people"},
+		},
+		"a claim being deleted granted the lock": {
+			history: func(h *history) {
+				h.create("a", "acme/shop", 41, "pod-a")
+				h.deleting("a")
+				h.hold("a", 1)
+			},
+			rules: []string{"deleted-claim-ends"},
+		},
+		"a holder being deleted that never ends (the finalizer wedges the lock)": {
+			history: func(h *history) {
+				h.create("a", "acme/shop", 41, "pod-a")
+				h.hold("a", 1)
+				h.deleting("a")
+				h.c.CheckHoldDeadlines(h.now)
+				h.later(11 * time.Second)
+				h.c.CheckHoldDeadlines(h.now)
+			},
+			rules: []string{"deleted-claim-ends"},
+		},
+		"a claim released as Deleted that nobody deleted": {
+			history: func(h *history) {
+				h.create("a", "acme/shop", 41, "pod-a")
+				h.status("a", buildlockv1.PhaseReleased, buildlockv1.ReasonDeleted, 0, "")
+			},
+			rules: []string{"released-for-a-reason"},
+		},
+		"the token floor deleted by nobody who may": {
+			history: func(h *history) {
+				floor := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: TokenFloorLease, UID: "floor", ResourceVersion: h.nextRV()},
+					Spec: coordinationv1.LeaseSpec{LeaseTransitions: ptr.To(int32(2))}}
+				h.c.ObserveLease(watch.Added, floor.DeepCopy())
+				floor.ResourceVersion = h.nextRV()
+				h.c.ObserveLease(watch.Deleted, floor)
+			},
+			rules: []string{"grant-record-kept"},
+		},
+		"a claim superseded as LineOwnedByOther with no other owner of its line": {
+			history: func(h *history) {
+				a := h.create("a", "acme/shop", 41, "pod-a")
+				a.Spec.Requester = &buildlockv1.Requester{Username: "system:serviceaccount:chaos-0:team-a"}
+				h.hold("a", 1)
+				b := h.create("b", "acme/shop", 42, "pod-b")
+				b.Spec.Requester = a.Spec.Requester
+				h.status("b", buildlockv1.PhaseSuperseded, buildlockv1.ReasonLineOwnedByOther, 0, "")
+			},
+			rules: []string{"superseded-by-newer"},
+		},
+		"a claim superseded as BuildJumpTooLarge by a small step": {
+			history: func(h *history) {
+				h.create("a", "acme/shop", 41, "pod-a")
+				h.hold("a", 1)
+				h.create("b", "acme/shop", 900, "pod-b")
+				h.status("b", buildlockv1.PhaseSuperseded, buildlockv1.ReasonBuildJumpTooLarge, 0, "")
+			},
+			rules: []string{"superseded-by-newer"},
+		},
 		"two claims shown Held at once (the old holder's end was never written)": {
 			history: func(h *history) {
 				h.create("a", "acme/shop", 41, "pod-a")
@@ -842,6 +1218,8 @@ func TestCheckerReports(t *testing.T) {
 			h.c.CheckGrantsCoverHolds()
 			h.c.CheckMemorySupersessions()
 			h.c.CheckLeaseDeletions()
+			h.c.CheckRestores()
+			h.c.CheckForeignLeases()
 			h.expect(tc.rules...)
 			for _, v := range h.c.Violations() {
 				if len(h.c.Around(v, 5, 5)) == 0 {
@@ -997,5 +1375,53 @@ func TestHoldsBehindTheGrant(t *testing.T) {
 	h.status("c", buildlockv1.PhaseHeld, buildlockv1.ReasonAcquired, 3, "")
 	if n, ex := h.c.HoldsBehindTheGrant(); n != 1 {
 		t.Errorf("got %d holds behind the grant, want 1: %v", n, ex)
+	}
+}
+
+// TestCheckActivities feeds the activities rules what holders recorded.
+func TestCheckActivities(t *testing.T) {
+	granted := func(h *history) {
+		h.create("a", "acme/shop", 41, "")
+		h.create("b", "acme/web", 7, "")
+		h.hold("a", 1)
+		h.grant("b", 2)
+	}
+	killedAt := func(a Activity, ms int, grace time.Duration) Activity {
+		a.Killed, a.Grace = t0.Add(time.Duration(ms)*time.Millisecond), grace
+		return a
+	}
+	cases := map[string]struct {
+		acts  []Activity
+		rules []string
+	}{
+		"one holder after the other":                {acts: []Activity{command("a", 1, "p1", 0, 1000), command("b", 2, "p2", 1000, 2000)}},
+		"the old holder stopping within the window": {acts: []Activity{command("a", 1, "p1", 0, 1500), command("b", 2, "p2", 1000, 2000)}},
+		"a killed plugin's command gone at once":    {acts: []Activity{killedAt(command("a", 1, "p1", 0, 1050), 1000, 3*time.Second)}},
+		"a killed plugin's command stopped by SIGKILL after its grace period": {
+			acts: []Activity{killedAt(command("a", 1, "p1", 0, 4100), 1000, 3*time.Second)},
+		},
+		"two commands at once for longer than the window": {
+			acts: []Activity{command("a", 1, "p1", 0, 5000), command("b", 2, "p2", 1000, 6000)}, rules: []string{"one-deployer"},
+		},
+		"a command with a token its claim was never granted": {
+			acts: []Activity{command("b", 1, "p2", 0, 100)}, rules: []string{"one-deployer"},
+		},
+		"two jobs deploying under one claim's grant": {
+			acts: []Activity{command("a", 1, "matrix/job-1", 0, 500), command("a", 1, "matrix/job-2", 100, 600)}, rules: []string{"claim-per-job"},
+		},
+		"a command that outlived its killed plugin": {
+			acts: []Activity{killedAt(command("a", 1, "p1", 0, 9000), 1000, 3*time.Second)}, rules: []string{"command-dies-with-plugin"},
+		},
+		"an overlap the person's edit of the grant explains": {
+			acts: []Activity{command("a", 1, "p1", 0, 5000), func() Activity { a := command("b", 2, "p2", 1000, 6000); a.Excused = "edit"; return a }()},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			h := newHistory(t)
+			granted(h)
+			h.c.CheckActivities(tc.acts, 2*time.Second)
+			h.expect(tc.rules...)
+		})
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -59,6 +60,13 @@ type deployer struct {
 	locks  []LockKey
 	window time.Duration
 	rng    *rand.Rand
+	ledger *Ledger
+	// paused stops the writes while a person has withdrawn a target's
+	// consent (the target is not fenced then) until the fence is proven
+	// again; writing is held during each write, so that pause can wait for
+	// the one in flight.
+	paused  atomic.Bool
+	writing sync.Mutex
 
 	mu     sync.Mutex
 	grants map[LockKey][]grantVersion
@@ -74,6 +82,7 @@ type grantVersion struct {
 	at       time.Time
 	pod      string // buildlock.io/writer-pod-uid: whose pod may write
 	relisted bool   // seen in a re-list: versions before it may be missing
+	person   bool   // written by a person, not the operator
 }
 
 type heldPipeline struct {
@@ -173,7 +182,10 @@ func (h *harness) setupEnforcement(ctx context.Context) *deployer {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	return &deployer{c: h.c, writer: writer, locks: locks, window: *flagWindow, rng: rand.New(rand.NewPCG(h.o.seed, 0x6465706c6f79)),
+	for _, k := range locks {
+		h.ledger.PersonSetsConsent(k.Target, k.Namespace)
+	}
+	return &deployer{c: h.c, writer: writer, locks: locks, window: *flagWindow, rng: rand.New(rand.NewPCG(h.o.seed, 0x6465706c6f79)), ledger: h.ledger,
 		grants: map[LockKey][]grantVersion{}, recent: map[LockKey]map[string]heldPipeline{}}
 }
 
@@ -187,8 +199,19 @@ func (d *deployer) observeLease(typ watch.EventType, l *coordinationv1.Lease) {
 	rv, _ := strconv.ParseUint(l.ResourceVersion, 10, 64)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.grants[k] = append(d.grants[k], grantVersion{rv: rv, at: time.Now(), pod: l.Annotations["buildlock.io/writer-pod-uid"], relisted: typ == Relisted})
+	d.grants[k] = append(d.grants[k], grantVersion{rv: rv, at: time.Now(), pod: l.Annotations[WriterPodAnnotation], relisted: typ == Relisted,
+		person: d.ledger != nil && d.ledger.PersonWroteLease(l)})
 }
+
+// pause stops the writes until resume, and returns once the write in
+// flight (if any) has its reply: none is sent while the fence is off.
+func (d *deployer) pause() {
+	d.paused.Store(true)
+	d.writing.Lock()
+	defer d.writing.Unlock()
+}
+
+func (d *deployer) resume() { d.paused.Store(false) }
 
 // waitEnforcing waits until every enforced policy says Enforcing and both
 // API servers refuse a write from a pod that never claims anything: from
@@ -203,7 +226,10 @@ func (d *deployer) waitEnforcing(ctx context.Context, h *harness) bool {
 			if c := meta.FindStatusCondition(p.Status.Conditions, buildlockv1.ConditionEnforced); err == nil && c != nil && c.Reason == buildlockv1.ReasonEnforcing {
 				break
 			}
-			if time.Now().After(deadline) || ctx.Err() != nil {
+			if ctx.Err() != nil {
+				return false
+			}
+			if time.Now().After(deadline) {
 				h.t.Errorf("deployer: the policy of %s never said Enforcing", k)
 				return false
 			}
@@ -223,7 +249,10 @@ func (d *deployer) waitEnforcing(ctx context.Context, h *harness) bool {
 				if isEnforcementRefusal(err) {
 					break
 				}
-				if time.Now().After(deadline) || ctx.Err() != nil {
+				if ctx.Err() != nil {
+					return false
+				}
+				if time.Now().After(deadline) {
 					h.t.Errorf("deployer: API server %d did not start refusing non-holders' writes into %s: %v", i, k.Target, err)
 					return false
 				}
@@ -254,6 +283,9 @@ func (d *deployer) run(ctx context.Context) {
 	listed := time.Time{}
 	for turn := 0; ctx.Err() == nil; turn++ {
 		time.Sleep(time.Duration(70+d.rng.IntN(60)) * time.Millisecond)
+		if d.paused.Load() {
+			continue
+		}
 		if time.Since(listed) > 250*time.Millisecond {
 			claims = d.list(ctx)
 			listed = time.Now()
@@ -297,11 +329,17 @@ func (d *deployer) run(ctx context.Context) {
 		if pick == nil {
 			continue
 		}
+		d.writing.Lock()
+		if d.paused.Load() {
+			d.writing.Unlock()
+			continue
+		}
 		w := deployWrite{lock: k, claim: name, pod: pick.pod, kind: kind, sent: time.Now()}
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: k.Target, Name: "deployed"}}
 		wctx := context.WithValue(ctx, impersonateKey{}, podIdentity(k.Namespace, pick.podName, pick.pod))
 		err := d.writer.Patch(wctx, cm, client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"data":{"by":%q}}`, name)))
 		w.done = time.Now()
+		d.writing.Unlock()
 		switch {
 		case err == nil:
 			w.admitted = true
@@ -354,6 +392,19 @@ func reasonOf(err error) string {
 	return "error"
 }
 
+// activities returns the admitted writes, as what the pipelines deployed.
+func (d *deployer) activities() []Activity {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []Activity
+	for _, w := range d.writes {
+		if w.admitted {
+			out = append(out, Activity{Kind: ActivityWrite, Lock: w.lock, Claim: w.claim, Job: "pod " + w.pod, Start: w.sent, End: w.done})
+		}
+	}
+	return out
+}
+
 // judge checks every admitted write against its lock's grant history (in
 // etcd's order: the write's resourceVersion against the Lease's), reports
 // violations to the checker, and returns the figures. Run it once the
@@ -365,7 +416,8 @@ func reasonOf(err error) string {
 // less than the window after the checker saw that version, else admission
 // let a non-holder write later than the window. A pod no version named
 // before the write is a violation, unless the Lease watch was re-listed
-// meanwhile (the naming version may be the one it missed).
+// before it, or re-listed right after the last version seen before it
+// (the naming version may be one it missed).
 //
 // The window measured, per move of the grant away from a pod that then
 // tried to write: from when the checker saw the move to the reply of the
@@ -415,6 +467,9 @@ func (d *deployer) judge(c *Checker) string {
 			}
 			i := sort.Search(len(hist), func(i int) bool { return hist[i].rv >= w.rv }) - 1
 			if i >= 0 && hist[i].pod == w.pod {
+				if hist[i].person {
+					counts.add("admitted as a person's edit of the writer said", 1)
+				}
 				continue
 			}
 			j := i
@@ -422,7 +477,9 @@ func (d *deployer) judge(c *Checker) string {
 				j--
 			}
 			if j < 0 {
-				if i >= 0 && slices.ContainsFunc(hist[:i+1], func(g grantVersion) bool { return g.relisted }) {
+				// The versions missed are those before a re-listed one:
+				// any before the write, or the gap the write falls in.
+				if i >= 0 && slices.ContainsFunc(hist[:i+1], func(g grantVersion) bool { return g.relisted }) || i+1 < len(hist) && hist[i+1].relisted {
 					counts.add("admitted, holder unseen (Lease re-listed)", 1)
 					continue
 				}
@@ -436,15 +493,21 @@ func (d *deployer) judge(c *Checker) string {
 					w.claim, w.pod, w.kind, w.rv, after.Round(time.Millisecond), moved.rv, d.window)})
 			}
 		}
-		// The window, per move away from a pod.
-		for m := 1; m < len(hist); m++ {
-			old := hist[m-1].pod
-			if old == "" || hist[m].pod == old {
+		// The window, per move of the operator's grant away from a pod.
+		var moves []grantVersion
+		for _, g := range hist {
+			if !g.person {
+				moves = append(moves, g)
+			}
+		}
+		for m := 1; m < len(moves); m++ {
+			old := moves[m-1].pod
+			if old == "" || moves[m].pod == old {
 				continue
 			}
 			tried, window := false, time.Duration(0)
 			for _, w := range writes {
-				if w.pod != old || (w.rv <= hist[m].rv && w.sent.Before(hist[m].at)) {
+				if w.pod != old || (w.rv <= moves[m].rv && w.sent.Before(moves[m].at)) {
 					continue
 				}
 				if !w.admitted && !w.refused {
@@ -452,7 +515,7 @@ func (d *deployer) judge(c *Checker) string {
 				}
 				tried = true
 				if w.admitted {
-					window = max(window, w.done.Sub(hist[m].at))
+					window = max(window, w.done.Sub(moves[m].at))
 				}
 			}
 			if tried {
@@ -502,6 +565,10 @@ func TestDeployerJudge(t *testing.T) {
 		"a pod the grant may have named while the Lease watch was down": {
 			writes: []deployWrite{admitted("c", 1500, 24)},
 			grants: []grantVersion{{rv: 10, at: at(0), pod: "a"}, {rv: 20, at: at(1000), pod: "b", relisted: true}}, want: 0,
+		},
+		"a pod the grant may have named in the gap a later re-list closed": {
+			writes: []deployWrite{admitted("c", 1500, 24)},
+			grants: []grantVersion{{rv: 10, at: at(0), pod: "a"}, {rv: 20, at: at(1000), pod: "b"}, {rv: 40, at: at(9000), pod: "d", relisted: true}}, want: 0,
 		},
 		"a refused old holder": {
 			writes: []deployWrite{{lock: k, pod: "a", kind: "old holder", sent: at(1200), done: at(1210), refused: true}}, want: 0, figures: "over 1 moves",

@@ -14,9 +14,16 @@
 // what pipelines and people send: times written by hand, renewals and
 // timestamps far in the future, long hostile force-release reasons, re-runs
 // of a build, late older builds, and policies that choose and change each
-// lock's ordering (NewestWins, Queue, Fifo).
+// lock's ordering (NewestWins, Queue, Fifo). Beside it, CI jobs deploy
+// through the plugin's real binary (some SIGKILLed while their command
+// runs) and through pkg/lock, matrix jobs share a run id (jobs_test.go), and
+// people delete and edit grant Leases, withdraw and give consent, create a
+// Lease of their own under a grant Lease's name and delete claims a
+// finalizer keeps, while pipelines try to change consent and one floods a
+// lock with lines (people_test.go).
 //
-// The checker (checker.go, ledger.go, orderings.go, relist.go, settle.go)
+// The checker (checker.go, ledger.go, orderings.go, relist.go, settle.go,
+// people.go, activities.go)
 // imports the API types and the Kubernetes libraries only, never the
 // operator's code: it states the rules again, in its own words, so that a
 // bug in the operator cannot hide in a shared helper. checker_test.go proves

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 )
 
@@ -38,8 +39,9 @@ type episode struct {
 //
 // Every manager's clock is skewed by up to ±maxSkew, and a fraction of its
 // writes and live reads fail (see faultPlan). Managers are spread over the
-// two API servers.
-func (h *harness) chaos(ctx context.Context) {
+// two API servers. The actors (the people, the CI jobs) run alongside the
+// workload, and stop with it.
+func (h *harness) chaos(ctx context.Context, actors ...func(context.Context)) {
 	rng := rand.New(rand.NewPCG(h.o.seed, 0x7363686564756c65))
 	skew := func() time.Duration {
 		return time.Duration(rng.Int64N(int64(2*h.o.maxSkew))) - h.o.maxSkew
@@ -56,6 +58,10 @@ func (h *harness) chaos(ctx context.Context) {
 	}
 	workDone := make(chan struct{})
 	go func() { defer close(workDone); work.run(wctx) }()
+	var actorsDone sync.WaitGroup
+	for _, run := range actors {
+		actorsDone.Go(func() { run(wctx) })
+	}
 	// The load run starts once the episodes are under way; its pipelines
 	// live on their own timeouts, not the workload's.
 	load, loadDone := h.prepareLoad(ctx), make(chan struct{})
@@ -129,23 +135,12 @@ func (h *harness) chaos(ctx context.Context) {
 	first[1], first[4] = first[4], first[1]
 	rng.Shuffle(len(first)-2, func(i, j int) { first[2+i], first[2+j] = first[2+j], first[2+i] })
 	kinds = append(kinds, episode{"calm", 12, func(context.Context) { sleep(time.Second, 3*time.Second) }})
-	total := 0
-	for _, k := range kinds {
-		total += k.weight
-	}
 	for i := 0; i < len(first) || time.Now().Before(deadline); i++ {
 		var k episode
 		if i < len(first) {
 			k = kinds[first[i]]
 		} else {
-			n := rng.IntN(total)
-			for _, c := range kinds {
-				if n < c.weight {
-					k = c
-					break
-				}
-				n -= c.weight
-			}
+			k = pick(rng, kinds, func(e episode) int { return e.weight })
 		}
 		episodes.add(k.name, 1)
 		began := time.Now()
@@ -161,6 +156,7 @@ func (h *harness) chaos(ctx context.Context) {
 	// drain.
 	stopWorkload()
 	<-workDone
+	actorsDone.Wait()
 	<-loadDone
 	burstTargets := map[LockKey]bool{}
 	for i, k := range h.targets {

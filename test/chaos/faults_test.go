@@ -205,6 +205,8 @@ type faultSet struct {
 	// broken names how the operator is broken on purpose (-chaos.break), to
 	// show that the checker notices; "" for none. See breakNames.
 	broken string
+	// ledger tells the repair break which Leases people touched.
+	ledger *Ledger
 }
 
 // The ways -chaos.break breaks the operator, through the test's hooks only
@@ -215,8 +217,12 @@ type faultSet struct {
 //   - renew-clock: a renewal counts from the client's renewTime (its
 //     clock), not from when the operator saw it;
 //   - rollback: the grant record forgets the builds of each line that held;
-//   - queue: locks whose policy says Queue are decided as NewestWins.
-var breakNames = []string{"cas", "decide", "renew-clock", "rollback", "queue"}
+//   - queue: locks whose policy says Queue are decided as NewestWins;
+//   - token-restart: a lock whose grant Lease is gone restarts its tokens
+//     (the arbiter gets neither the floor nor the claims' tokens);
+//   - repair: the operator never writes again a Lease that a person
+//     deleted or edited (its writes of it fail).
+var breakNames = []string{"cas", "decide", "renew-clock", "rollback", "queue", "token-restart", "repair"}
 
 func validBreak(name string) bool {
 	return name == "" || slices.Contains(breakNames, name)
@@ -254,6 +260,10 @@ func (fs *faultSet) write(m *managerCtl, verb string, obj client.Object, do func
 
 func (fs *faultSet) write1(m *managerCtl, verb string, obj client.Object, do func() error) error {
 	kind := verb + " " + resourceOf(obj)
+	if _, isLease := obj.(*coordinationv1.Lease); isLease && fs.broken == "repair" && verb != "delete" && fs.ledger.PersonTouchedLease(obj.GetNamespace(), obj.GetName()) {
+		// BROKEN ON PURPOSE: what a person deleted or edited stays so.
+		return apierrors.NewInternalError(errors.New("broken by the chaos test: no repair"))
+	}
 	if held := m.zombie.wait(freezeAtWrite); held || m.zombie.awake() {
 		// The zombie woke up and writes what it read or decided before it
 		// froze. No fault is injected: the API server alone must refuse
@@ -366,6 +376,16 @@ func (fs *faultSet) decide(m *managerCtl) func(arbiter.Lock, []arbiter.Claim, ar
 			// BROKEN ON PURPOSE: Queue is ignored.
 			if p.Ordering == arbiter.Queue {
 				p.Ordering = arbiter.NewestWins
+			}
+		case "token-restart":
+			// BROKEN ON PURPOSE: a lock without its record forgets its
+			// tokens.
+			if g.Absent {
+				g.Floor = 0
+				claims = slices.Clone(claims)
+				for i := range claims {
+					claims[i].FencingToken = 0
+				}
 			}
 		}
 		d := arbiter.Decide(l, claims, g, now, p)

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
@@ -23,6 +24,15 @@ type Ledger struct {
 	deletes map[string]bool                      // ns/name of claims the workload deleted
 	forced  map[string]bool                      // ns/name of claims a person force-released
 	pods    map[string]*PodRecord                // ns/name of pods the workload created
+
+	// What people did to the grant records and to namespaces' consent,
+	// and what pipelines tried (people.go).
+	leaseEdits    map[string]map[string]bool // ns/name → LeaseKey of each version a person wrote
+	leaseDeletes  map[types.UID]bool         // Leases a person deleted
+	touched       map[string]bool            // ns/name of Leases a person deleted or wrote
+	foreignLeases map[string]bool            // ns/name of Leases a person created that are not buildlock's
+	consent       map[string]map[string]bool // namespace → values of its consent label people set ("" removes it)
+	triedConsent  map[string]map[string]bool // namespace → values pipelines tried to set
 }
 
 // PodRecord is what the workload did to one pod.
@@ -37,7 +47,9 @@ type PodRecord struct {
 // NewLedger returns an empty ledger that stamps writes with now (the
 // workload's clock).
 func NewLedger(now func() time.Time) *Ledger {
-	return &Ledger{now: now, specs: map[string]map[string]time.Time{}, first: map[string]buildlockv1.BuildLockSpec{}, deletes: map[string]bool{}, forced: map[string]bool{}, pods: map[string]*PodRecord{}}
+	return &Ledger{now: now, specs: map[string]map[string]time.Time{}, first: map[string]buildlockv1.BuildLockSpec{}, deletes: map[string]bool{}, forced: map[string]bool{}, pods: map[string]*PodRecord{},
+		leaseEdits: map[string]map[string]bool{}, leaseDeletes: map[types.UID]bool{}, touched: map[string]bool{}, foreignLeases: map[string]bool{},
+		consent: map[string]map[string]bool{}, triedConsent: map[string]map[string]bool{}}
 }
 
 // WroteSpec records that the workload creates or updates claim ns/name with
@@ -162,5 +174,130 @@ func SpecKey(s buildlockv1.BuildLockSpec) string {
 	if s.RenewTime != nil {
 		fmt.Fprintf(&b, " renewTime=%d", s.RenewTime.UnixMicro())
 	}
+	return b.String()
+}
+
+// PersonWritesLease records that a person writes Lease l as it is (an
+// update of the version read, so its renewTime is the one the operator
+// wrote last): the version it makes is not the operator's.
+func (l *Ledger) PersonWritesLease(lease *coordinationv1.Lease) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	key := lease.Namespace + "/" + lease.Name
+	if l.leaseEdits[key] == nil {
+		l.leaseEdits[key] = map[string]bool{}
+	}
+	l.leaseEdits[key][LeaseKey(lease)] = true
+	l.touched[key] = true
+}
+
+// PersonWroteLease reports whether this version of a Lease is one a person
+// wrote.
+func (l *Ledger) PersonWroteLease(lease *coordinationv1.Lease) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.leaseEdits[lease.Namespace+"/"+lease.Name][LeaseKey(lease)]
+}
+
+// PersonDeletesLease records that a person deletes Lease lease (that
+// very object: its UID).
+func (l *Ledger) PersonDeletesLease(lease *coordinationv1.Lease) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.leaseDeletes[lease.UID] = true
+	l.touched[lease.Namespace+"/"+lease.Name] = true
+}
+
+// PersonTouchedLease reports whether a person deleted or wrote Lease
+// ns/name.
+func (l *Ledger) PersonTouchedLease(ns, name string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.touched[ns+"/"+name]
+}
+
+// PersonDeletedLease reports whether a person deleted the Lease uid.
+func (l *Ledger) PersonDeletedLease(uid types.UID) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.leaseDeletes[uid]
+}
+
+// PersonCreatesForeignLease records that a person creates Lease ns/name
+// for a purpose of their own: it carries none of buildlock's labels or
+// annotations, and the operator must never take it over.
+func (l *Ledger) PersonCreatesForeignLease(ns, name string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.foreignLeases[ns+"/"+name] = true
+}
+
+// ForeignLeaseCreated reports whether a person created Lease ns/name as
+// not buildlock's.
+func (l *Ledger) ForeignLeaseCreated(ns, name string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.foreignLeases[ns+"/"+name]
+}
+
+// PersonSetsConsent records that a person sets namespace ns's consent label
+// (buildlockv1.LockedByLabel) to value, or removes it ("").
+func (l *Ledger) PersonSetsConsent(ns, value string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.consent[ns] == nil {
+		l.consent[ns] = map[string]bool{}
+	}
+	l.consent[ns][value] = true
+}
+
+// ConsentSet reports whether a person set namespace ns's consent label to
+// value ("": removed it).
+func (l *Ledger) ConsentSet(ns, value string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.consent[ns][value]
+}
+
+// PipelineTriesConsent records that a pipeline tries to set namespace ns's
+// consent label to value ("": remove it), which admission must refuse.
+func (l *Ledger) PipelineTriesConsent(ns, value string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.triedConsent[ns] == nil {
+		l.triedConsent[ns] = map[string]bool{}
+	}
+	l.triedConsent[ns][value] = true
+}
+
+// PipelineTriedConsent reports whether a pipeline tried to set namespace
+// ns's consent label to value.
+func (l *Ledger) PipelineTriedConsent(ns, value string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.triedConsent[ns][value]
+}
+
+// LeaseKey renders what tells one version of a grant Lease from another as
+// its writers see it: the holder, the token, the times and the writer
+// annotations. The operator stamps renewTime with its clock on every write,
+// so a person's update of a version it read (which keeps that renewTime)
+// never has the key of a version the operator wrote.
+func LeaseKey(l *coordinationv1.Lease) string {
+	s := l.Spec
+	var b strings.Builder
+	if s.HolderIdentity != nil {
+		fmt.Fprintf(&b, "holder=%s", *s.HolderIdentity)
+	}
+	if s.LeaseTransitions != nil {
+		fmt.Fprintf(&b, " token=%d", *s.LeaseTransitions)
+	}
+	if s.AcquireTime != nil {
+		fmt.Fprintf(&b, " acquired=%d", s.AcquireTime.UnixMicro())
+	}
+	if s.RenewTime != nil {
+		fmt.Fprintf(&b, " renewed=%d", s.RenewTime.UnixMicro())
+	}
+	fmt.Fprintf(&b, " writer=%s/%s", l.Annotations[WriterPodAnnotation], l.Annotations[WriterUserAnnotation])
 	return b.String()
 }

@@ -3,8 +3,8 @@ package chaos
 // The load run: many concurrent pipelines, each a pkg/lock client doing a
 // whole acquire → deploy → release cycle, while the chaos episodes run. It
 // uses pkg/lock's public API only (lock.Acquire with a lock.Claim and its
-// typed errors), and is kept to this file so that a change of that API
-// touches nothing else.
+// typed errors), and is kept to this file (and the CI jobs to jobs_test.go)
+// so that a change of that API touches nothing else.
 
 import (
 	"context"

@@ -3,7 +3,9 @@ package chaos
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -30,6 +32,9 @@ type heldBuild struct {
 	build int64
 	at    time.Time // its grant (status.acquiredAt, the granting manager's clock)
 	name  string
+	// owner is the identity of the claim that held (its requester; in a
+	// Lease's memory, the record's owner).
+	owner string
 }
 
 // fairLine follows one line's wait in a Queue: it joined at place q with
@@ -162,15 +167,7 @@ func atLeastAsNew(a, b *claimView) bool {
 // must be at or below a build of its line that held within the retention.
 func (c *Checker) checkSuperseded(e Entry, lv *lockView, cv *claimView, now time.Time) {
 	if cv.status.SupersededBy == "" {
-		if _, ok := c.heldAtOrAbove(lv, cv, now, c.o.Retention+c.o.Tolerance); ok {
-			return
-		}
-		if c.rememberedAtOrAbove(lv, cv, now) {
-			c.stats.MemorySupersessions++
-			return
-		}
-		// The Lease version that explains it may still be on its way.
-		lv.memoryPending = append(lv.memoryPending, memorySupersession{e: e, cv: cv, now: now})
+		c.checkSupersededByLine(e, lv, cv, now)
 		return
 	}
 	by := c.claims[c.names[cv.lock.Namespace+"/"+cv.status.SupersededBy]]
@@ -230,6 +227,57 @@ func (c *Checker) heldAtOrAbove(lv *lockView, cv *claimView, now time.Time, with
 	return heldBuild{}, false
 }
 
+// checkSupersededByLine: a claim superseded by no claim is superseded by
+// what its line held within the retention: a build at or above it, a line
+// another service account owns, or a build too far below it. What the
+// checker saw hold, or a version of the Lease's memory, must explain it;
+// the version that does may still be on its way (two watches), so what is
+// not explained yet is judged at the end of the run.
+func (c *Checker) checkSupersededByLine(e Entry, lv *lockView, cv *claimView, now time.Time) {
+	if r := cv.status.Reason; r != buildlockv1.ReasonLineOwnedByOther && r != buildlockv1.ReasonBuildJumpTooLarge {
+		if _, ok := c.heldAtOrAbove(lv, cv, now, c.o.Retention+c.o.Tolerance); ok {
+			return
+		}
+	}
+	if c.explainedByMemory(lv, cv, now) {
+		if cv.status.Reason != buildlockv1.ReasonLineOwnedByOther && cv.status.Reason != buildlockv1.ReasonBuildJumpTooLarge {
+			c.stats.MemorySupersessions++
+		}
+		return
+	}
+	lv.memoryPending = append(lv.memoryPending, memorySupersession{e: e, cv: cv, now: now})
+}
+
+// boundByLine reports whether a build of cv's line held within the
+// retention explains its supersession by the line's rules (reasons
+// LineOwnedByOther and BuildJumpTooLarge): another service account held
+// the line, and cv's creator is a service account too; or cv's build is
+// more than the jump bound above the highest build of its line that held.
+func (c *Checker) boundByLine(lv *lockView, cv *claimView, now time.Time) bool {
+	within := c.o.Retention + 2*c.o.Tolerance
+	l := lineOf(cv.spec)
+	for _, b := range slices.Concat(lv.lines[l], lv.memory[l]) {
+		if b.name == cv.name || now.Sub(b.at) >= within {
+			continue
+		}
+		switch cv.status.Reason {
+		case buildlockv1.ReasonLineOwnedByOther:
+			if isServiceAccount(b.owner) && isServiceAccount(cv.requester) && b.owner != cv.requester {
+				return true
+			}
+		case buildlockv1.ReasonBuildJumpTooLarge:
+			if cv.spec.Build-b.build > buildlockv1.DefaultMaxBuildJump {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// isServiceAccount reports whether a user name is a Kubernetes service
+// account's (a pipeline's), as opposed to a person's.
+func isServiceAccount(user string) bool { return strings.HasPrefix(user, "system:serviceaccount:") }
+
 // memorySupersession is a claim superseded by the grant record's memory,
 // with the status event that showed it and when.
 type memorySupersession struct {
@@ -250,24 +298,34 @@ func (c *Checker) rememberedAtOrAbove(lv *lockView, cv *claimView, now time.Time
 	return false
 }
 
+// explainedByMemory reports whether what the checker knows now explains a
+// supersession that waited for a version of the Lease.
+func (c *Checker) explainedByMemory(lv *lockView, cv *claimView, now time.Time) bool {
+	if r := cv.status.Reason; r == buildlockv1.ReasonLineOwnedByOther || r == buildlockv1.ReasonBuildJumpTooLarge {
+		return c.boundByLine(lv, cv, now)
+	}
+	return c.rememberedAtOrAbove(lv, cv, now)
+}
+
 // noteMemory records the line memory of a version of the Lease and settles
 // the supersessions waiting for it. An annotation that does not parse is a
 // violation: the operator writes it, and decides from it.
 func (c *Checker) noteMemory(e Entry, lv *lockView, l *coordinationv1.Lease) {
-	raw, ok := l.Annotations[LinesAnnotation]
-	if !ok {
-		return
-	}
+	raw := l.Annotations[LinesAnnotation]
 	var records []struct {
 		Repo   string    `json:"repo"`
 		Branch string    `json:"branch"`
 		Build  int64     `json:"build"`
 		HeldAt time.Time `json:"heldAt"`
+		Owner  string    `json:"owner"`
 	}
-	if err := json.Unmarshal([]byte(raw), &records); err != nil {
-		c.violate(e, "grant-record", "the Lease's %s annotation does not parse: %v", LinesAnnotation, err)
-		return
+	if raw != "" {
+		if err := json.Unmarshal([]byte(raw), &records); err != nil {
+			c.violate(e, "grant-record", "the Lease's %s annotation does not parse: %v", LinesAnnotation, err)
+			return
+		}
 	}
+	remembered := map[line]heldBuild{}
 	for _, r := range records {
 		ln := line{r.Repo, r.Branch}
 		known := false
@@ -275,12 +333,16 @@ func (c *Checker) noteMemory(e Entry, lv *lockView, l *coordinationv1.Lease) {
 			known = known || (b.build == r.Build && b.at.Equal(r.HeldAt))
 		}
 		if !known {
-			lv.memory[ln] = append(lv.memory[ln], heldBuild{build: r.Build, at: r.HeldAt})
+			lv.memory[ln] = append(lv.memory[ln], heldBuild{build: r.Build, at: r.HeldAt, owner: r.Owner})
+		}
+		if b, ok := remembered[ln]; !ok || r.Build > b.build {
+			remembered[ln] = heldBuild{build: r.Build, at: r.HeldAt, owner: r.Owner}
 		}
 	}
+	c.checkMemoryKept(e, lv, remembered)
 	kept := lv.memoryPending[:0]
 	for _, p := range lv.memoryPending {
-		if c.rememberedAtOrAbove(lv, p.cv, p.now) {
+		if c.explainedByMemory(lv, p.cv, p.now) {
 			c.stats.MemorySupersessions++
 			continue
 		}
@@ -299,7 +361,7 @@ func (c *Checker) checkNoRollback(e Entry, lv *lockView, cv *claimView) {
 	}
 	l := lineOf(cv.spec)
 	for _, b := range lv.lines[l] {
-		if b.name == cv.name || b.build < cv.spec.Build {
+		if b.name == cv.name || b.build < cv.spec.Build || c.forgotten(lv, cv.lock, b) {
 			continue
 		}
 		// Both grant times are managers' clocks: allow the skew both ways.
@@ -323,7 +385,7 @@ func (c *Checker) rememberHeld(lv *lockView, cv *claimView, acquired time.Time) 
 			kept = append(kept, b)
 		}
 	}
-	lv.lines[l] = append(kept, heldBuild{build: cv.spec.Build, at: acquired, name: cv.name})
+	lv.lines[l] = append(kept, heldBuild{build: cv.spec.Build, at: acquired, name: cv.name, owner: cv.requester})
 }
 
 // queuedAt is a claim's place in its lock's queue (zero: none).
@@ -535,6 +597,7 @@ func (c *Checker) countHandOff(e Entry, lv *lockView, g, prev *claimView, now ti
 	}
 	waiters := c.waiting(g.lock)
 	grantRV := lv.grantRVs[holderIdentityToken(holderIdentity(g.name, g.uid), g.status.FencingToken)]
+	granted := c.grantedPlace(g, prev, buildlockv1.OrderingQueue)
 	for l, f := range lv.fair {
 		if l == lineOf(g.spec) {
 			delete(lv.fair, l)
@@ -548,7 +611,7 @@ func (c *Checker) countHandOff(e Entry, lv *lockView, g, prev *claimView, now ti
 			delete(lv.fair, l) // it left the queue; a later build joins anew
 			continue
 		}
-		f.ahead = max(f.ahead, f.others+linesAhead(l, f.q, waiters, g, prev))
+		f.ahead = max(f.ahead, f.others+linesAhead(l, f.q, waiters, g, granted))
 		f.others++
 		if f.others > f.ahead {
 			c.violate(e, "queue-fairness", "%s (%s) joined the queue with %d lines ahead and still waits after %d hand-offs to other lines (this one to %s)",
@@ -570,17 +633,18 @@ func (c *Checker) stillWaits(lv *lockView, l line, waiters []*claimView, now tim
 }
 
 // linesAhead counts the other lines than l with a place before q: those
-// waiting, and the one just granted (g, which waited with prev's place).
-// It catches lines ahead that the checker saw Waiting only after l joined
-// (written later in the decision that placed them).
-func linesAhead(l line, q time.Time, waiters []*claimView, g, prev *claimView) int {
+// waiting, and the one just granted (g, at place granted: its own, or its
+// line's earliest, which a newer build of the line takes even straight
+// from Pending). It catches lines ahead that the checker saw Waiting only
+// after l joined (written later in the decision that placed them).
+func linesAhead(l line, q time.Time, waiters []*claimView, g *claimView, granted time.Time) int {
 	ahead := map[line]bool{}
 	for _, w := range waiters {
 		if lineOf(w.spec) != l && !w.queuedAt().IsZero() && w.queuedAt().Before(q) {
 			ahead[lineOf(w.spec)] = true
 		}
 	}
-	if lineOf(g.spec) != l && prev != nil && !prev.queuedAt().IsZero() && prev.queuedAt().Before(q) {
+	if lineOf(g.spec) != l && !granted.IsZero() && granted.Before(q) {
 		ahead[lineOf(g.spec)] = true
 	}
 	return len(ahead)

@@ -255,7 +255,12 @@ func (h *harness) restartCheck(ctx context.Context) {
 	createStart := time.Now()
 	h.parallel(len(locks), func(i int) error {
 		k := locks[i]
-		stamp := h.clock.Now()
+		// The build started now by the API server's clock, the one its
+		// creationTimestamp is read on (the API servers run on this
+		// machine, unwarped). The workload's clock has run ahead by the
+		// warps: stamps from it would all be capped at creation plus the
+		// timestamp skew, and the two claims of a lock would tie.
+		stamp := time.Now()
 		for j, repo := range []string{"acme/shop", "acme/web"} {
 			name := fmt.Sprintf("%s-%d", strings.ReplaceAll(repo, "/", "-"), i)
 			spec := buildlockv1.BuildLockSpec{Target: k.Target, Repo: repo, Branch: "main", Build: 1, Timestamp: micro(stamp.Add(time.Duration(j) * time.Millisecond))}

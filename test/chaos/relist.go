@@ -148,10 +148,14 @@ func (c *Checker) RelistPolicies(items []buildlockv1.BuildLockPolicy, rv string)
 // instant its hold may last (its pod-less expiry counted from the latest
 // instant its renewal may count from, or its maximum hold) is a violation
 // once that has gone on for longer than the hold slack, in real time
-// (realNow): the operator had time to end it. Call it often.
+// (realNow): the operator had time to end it. So is a claim being deleted
+// that has not ended, and a person's edit or deletion of a grant Lease
+// that the operator has not undone, after as long. Call it often.
 func (c *Checker) CheckHoldDeadlines(realNow time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.checkDeletingEnds(realNow)
+	c.checkRepairsDue(realNow)
 	now := c.o.Now()
 	for uid := range c.heldUIDs() {
 		cv := c.claims[uid]
@@ -161,12 +165,8 @@ func (c *Checker) CheckHoldDeadlines(realNow time.Time) {
 			cv.overrunSince = time.Time{}
 			continue
 		}
-		if cv.overrunSince.IsZero() {
-			cv.overrunSince = realNow
-			continue
-		}
-		over := realNow.Sub(cv.overrunSince)
-		if over <= c.o.HoldSlack {
+		over, due := c.overdue(&cv.overrunSince, realNow)
+		if !due {
 			c.stats.LongestOverrun = max(c.stats.LongestOverrun, over)
 			continue
 		}
@@ -176,6 +176,17 @@ func (c *Checker) CheckHoldDeadlines(realNow time.Time) {
 			cv.renewHigh.Format(time.StampMilli), expiresAfter(cv.spec))
 		cv.overrunSince = realNow.Add(24 * time.Hour) // report once
 	}
+}
+
+// overdue follows how long something the operator must react to has gone
+// on: *since is when the checker first saw it (real time, set now the first
+// time). It returns how long that is, and whether it is past the hold slack.
+func (c *Checker) overdue(since *time.Time, realNow time.Time) (time.Duration, bool) {
+	if since.IsZero() {
+		*since = realNow
+	}
+	over := realNow.Sub(*since)
+	return over, over > c.o.HoldSlack
 }
 
 func (c *Checker) heldUIDs() map[types.UID]bool {

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
@@ -184,5 +186,83 @@ func TestStaleRenewalKeepsHolder(t *testing.T) {
 	}
 	if bl.Status.Phase != buildlockv1.PhaseHeld {
 		t.Errorf("the renewed holder ended %s/%s (%s) before its renewed expiry", bl.Status.Phase, bl.Status.Reason, bl.Status.Message)
+	}
+}
+
+// TestStaleClaimsCacheDoesNotRestoreAnEndedHold: a manager whose cached
+// claims still show a holder that its owner deleted (its claims informer
+// behind) must not write that holder's grant back into the Lease another
+// manager freed. Rule 11 restores a grant record that someone else changed
+// from the claims, and here the claims are stale: the Lease's token did not
+// change when it was freed, so the compare-and-swap cannot catch it.
+//
+// Bug 7 of docs/reliability.md (fixed in edbfc08), seen in the short chaos
+// runs of issue 21 (seed 1, twice in four runs): the grant Lease named a
+// claim deleted a second or two before, with its token, for a few hundred
+// milliseconds; with enforcement on, the Lease admits that claim's pod
+// again.
+func TestStaleClaimsCacheDoesNotRestoreAnEndedHold(t *testing.T) {
+	cfg, c := regressionTest(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ns := testNamespace(ctx, t, c, "restore")
+
+	// The second manager's cached lists of claims keep the holder as it
+	// was last seen, while stale.
+	var stale atomic.Bool
+	var held atomic.Pointer[buildlockv1.BuildLock]
+	keep := func(ctx context.Context, cl client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+		if err := cl.List(ctx, list, opts...); err != nil {
+			return err
+		}
+		bls, ok := list.(*buildlockv1.BuildLockList)
+		if h := held.Load(); ok && stale.Load() && h != nil && !slices.ContainsFunc(bls.Items, func(bl buildlockv1.BuildLock) bool { return bl.UID == h.UID }) {
+			bls.Items = append(bls.Items, *h.DeepCopy())
+		}
+		return nil
+	}
+	first, err := testenv.StartManager(ctx, cfg, testenv.ManagerOptions{Namespaces: []string{ns}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = first.Stop() }()
+	second, err := testenv.StartManager(ctx, cfg, testenv.ManagerOptions{Namespaces: []string{ns}, NewClient: testenv.InterceptClient(interceptor.Funcs{List: keep})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = second.Stop() }()
+
+	create(t, c, ns, "holder", buildlockv1.BuildLockSpec{Target: "staging", Repo: "acme/shop", Branch: "main", Build: 1,
+		ExpiresAfter: &metav1.Duration{Duration: time.Minute}})
+	waitPhase(t, c, ns, "holder", buildlockv1.PhaseHeld, 15*time.Second)
+	var bl buildlockv1.BuildLock
+	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "holder"}, &bl); err != nil {
+		t.Fatal(err)
+	}
+	held.Store(bl.DeepCopy())
+	stale.Store(true)
+	// The owner releases it: the first manager frees the lock; the second
+	// sees that write, with the holder still in its cache.
+	if err := c.Delete(ctx, &bl); err != nil {
+		t.Fatal(err)
+	}
+	identity := holderIdentity(bl.Name, bl.UID)
+	freed := false
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		var lease coordinationv1.Lease
+		if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: LeasePrefix + "staging"}, &lease); err != nil {
+			continue
+		}
+		names := lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity == identity
+		if !names {
+			freed = true
+		}
+		if names && freed {
+			t.Fatalf("the grant Lease (rv %s) names %s again, with token %d, after it was freed: the claim was deleted",
+				lease.ResourceVersion, identity, ptr.Deref(lease.Spec.LeaseTransitions, 0))
+		}
+	}
+	if !freed {
+		t.Errorf("the grant Lease still names %s 5 s after its claim was deleted", identity)
 	}
 }

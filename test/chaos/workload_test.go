@@ -223,18 +223,24 @@ func (w *workload) step(ctx context.Context) {
 		{1, w.arriveThrowaway},
 		{1, w.switchOrdering},
 	}
+	pick(w.rng, ops, func(o op) int { return o.weight }).do(ctx)
+}
+
+// pick draws one of items at random, each as likely as its weight (one
+// draw from rng).
+func pick[T any](rng *rand.Rand, items []T, weight func(T) int) T {
 	total := 0
-	for _, o := range ops {
-		total += o.weight
+	for _, it := range items {
+		total += weight(it)
 	}
-	n := w.rng.IntN(total)
-	for _, o := range ops {
-		if n < o.weight {
-			o.do(ctx)
-			return
+	n := rng.IntN(total)
+	for _, it := range items {
+		if n < weight(it) {
+			return it
 		}
-		n -= o.weight
+		n -= weight(it)
 	}
+	return items[len(items)-1]
 }
 
 func (w *workload) note(kind string, err error) {
@@ -245,18 +251,23 @@ func (w *workload) note(kind string, err error) {
 		w.ops.add(kind, 1)
 		return
 	}
+	w.failed.add(kind+"/"+failureReason(err), 1)
+}
+
+// failureReason names why a call failed: the API's reason, and which
+// admission policy refused it (with enforcement installed, an API server
+// just (re)started may refuse claims until it has compiled the requester
+// policy).
+func failureReason(err error) string {
 	reason := string(apierrors.ReasonForError(err))
 	if reason == "" || reason == string(metav1.StatusReasonUnknown) {
 		reason = "error"
 	}
-	// Which admission policy refused it: with enforcement installed, an API
-	// server just (re)started may refuse claims until it has compiled the
-	// requester policy.
 	if _, rest, ok := strings.Cut(err.Error(), "ValidatingAdmissionPolicy '"); ok {
 		name, _, _ := strings.Cut(rest, "'")
 		reason += " by " + name
 	}
-	w.failed.add(kind+"/"+reason, 1)
+	return reason
 }
 
 func micro(t time.Time) *buildlockv1.Timestamp {

@@ -1,0 +1,723 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
+	"github.com/buildlock/buildlock/internal/testenv"
+)
+
+// The people around the locks, and the pipelines that overstep (issue 21):
+// a person (the administrator, in system:masters, which the grant-Lease
+// guard lets through) deletes and edits grant Leases and the token floor;
+// another person with the RBAC rights to write Leases (alice) tries the
+// same and must be refused; a person withdraws a namespace's consent and
+// gives it again, while pipelines try to change it and must be refused; a
+// person creates a Lease of their own under a grant Lease's name; owners
+// delete claims that a finalizer keeps; and one pipeline identity floods a
+// lock with short-lived fake lines against a victim line. Everything goes
+// into the ledger before it is sent, so that the checker can tell it from
+// the operator's writes.
+
+const (
+	// alice is a person who may write Leases (RBAC) but is not buildlock's
+	// operator: the grant-Lease guard must refuse her.
+	alice = "alice@example.com"
+	// keepFinalizer keeps a deleted claim until the workload removes it.
+	keepFinalizer = "chaos.buildlock.io/keep"
+	// unfencedNamespace is a namespace without consent, to which a
+	// pipeline tries to give it.
+	unfencedNamespace = "unfenced-0"
+	// floodAccount is the pipeline identity that floods a lock with lines.
+	floodAccount = "flood"
+)
+
+// people plays the people, and the pipelines that overstep, with their own
+// seeded source: the workload's stream stays as it was.
+type people struct {
+	h      *harness
+	dep    *deployer // nil without enforcement
+	rng    *rand.Rand
+	admin  client.Client
+	alice  client.Client
+	flood  client.Client // the flood's service account, in floodNS
+	ops    *counters
+	failed *counters
+
+	// pipelineAs impersonates a pipeline of the enforced lock's namespace,
+	// as the pod podUID (or no pod).
+	pipelineAs func(podName, podUID string) client.Client
+
+	floodNS, floodTarget string
+	seq                  int
+	lastConsent          time.Time
+	wg                   sync.WaitGroup
+	// flood and victim figures
+	mu         sync.Mutex
+	figures    []string
+	failedOnce map[string]bool
+}
+
+// setupPeople grants the people and pipelines what RBAC would let them do
+// (so that what refuses them is admission), creates the flood's account
+// and a namespace without consent, and returns the actor.
+func (h *harness) setupPeople(ctx context.Context, dep *deployer) *people {
+	p := &people{h: h, dep: dep, rng: rand.New(rand.NewPCG(h.o.seed, 0x70656f706c65)), admin: h.c, ops: newCounters(), failed: newCounters(), failedOnce: map[string]bool{},
+		floodNS: h.namespaces[len(h.namespaces)-1], floodTarget: "flood-0"}
+	floodUser := "system:serviceaccount:" + p.floodNS + ":" + floodAccount
+	objs := []client.Object{
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: unfencedNamespace}},
+		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "chaos-lease-writer"},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"*"}}}},
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "chaos-lease-writer"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "chaos-lease-writer"},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: alice}}},
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: p.floodNS, Name: "chaos-flood"},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{buildlockv1.GroupVersion.Group}, Resources: []string{"buildlocks"},
+				Verbs: []string{"create", "get", "list", "watch", "delete", "patch"}}}},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: p.floodNS, Name: "chaos-flood"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "chaos-flood"},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: floodUser}}},
+	}
+	// A pipeline may patch the namespaces it deploys into (a namespaced
+	// Role is enough): what stops it changing their consent is admission.
+	namespaces := []string{unfencedNamespace}
+	if dep != nil {
+		for _, k := range dep.locks {
+			namespaces = append(namespaces, k.Target)
+		}
+	}
+	for _, ns := range namespaces {
+		objs = append(objs,
+			&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "chaos-namespace-patch"},
+				Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "patch", "update"}}}},
+			&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "chaos-namespace-patch"},
+				RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "chaos-namespace-patch"},
+				Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName,
+					Name: "system:serviceaccount:" + h.namespaces[0] + ":" + pipelineAccount}}})
+	}
+	for _, o := range objs {
+		if err := h.c.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
+			h.t.Fatalf("people: creating %T %s: %v", o, o.GetName(), err)
+		}
+	}
+	as := func(id rest.ImpersonationConfig) client.Client {
+		cfg := rest.CopyConfig(h.cp.balancedConfig())
+		cfg.Timeout = 10 * time.Second
+		cfg.Impersonate = id
+		c, err := client.New(cfg, client.Options{Scheme: testenv.Scheme()})
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		return c
+	}
+	p.alice = as(rest.ImpersonationConfig{UserName: alice, Groups: []string{"system:authenticated"}})
+	p.flood = as(rest.ImpersonationConfig{UserName: floodUser,
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + p.floodNS, "system:authenticated"}})
+	p.pipelineAs = func(podName, podUID string) client.Client {
+		id := podIdentity(h.namespaces[0], podName, podUID)
+		if podUID == "" {
+			id.Extra = nil
+		}
+		return as(rest.ImpersonationConfig{UserName: id.UserName, Groups: id.Groups, Extra: id.Extra})
+	}
+	return p
+}
+
+func (p *people) note(kind string, err error) {
+	if err == nil {
+		p.ops.add(kind, 1)
+		return
+	}
+	p.mu.Lock()
+	first := !p.failedOnce[kind]
+	p.failedOnce[kind] = true
+	p.mu.Unlock()
+	if first && !strings.HasPrefix(kind, "alice") && !strings.HasPrefix(kind, "pipeline") {
+		p.figure("people: %s failed first with: %v", kind, err)
+	}
+	p.failed.add(kind+"/"+failureReason(err), 1)
+}
+
+// transient reports whether a call failed for a moment only: an API server
+// restarting (unreachable, or refusing by RBAC before its authorizer has
+// caught up), or a write that timed out.
+func transient(err error) bool {
+	switch {
+	case err == nil, apierrors.IsNotFound(err), apierrors.IsConflict(err), apierrors.IsInvalid(err), apierrors.IsAlreadyExists(err):
+		return false
+	case apierrors.IsForbidden(err):
+		return !strings.Contains(err.Error(), "ValidatingAdmissionPolicy")
+	}
+	return true
+}
+
+// retry calls do until it succeeds or fails for good, for up to 10 s.
+func retry(ctx context.Context, do func() error) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := do()
+		if !transient(err) || time.Now().After(deadline) || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+func (p *people) figure(format string, args ...any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.figures = append(p.figures, fmt.Sprintf(format, args...))
+}
+
+// run plays the people until ctx ends: each behavior once early (so that
+// the short run has them all: one that finds nothing to act on, say no
+// lock held, is tried again a moment later, after the others), then at
+// random, one every half to whole of every. The flood runs on its own. The
+// figures name the behaviors that never acted.
+func (p *people) run(ctx context.Context, every time.Duration) {
+	p.wg.Go(func() { p.floodLines(ctx) })
+	type kind struct {
+		name  string
+		do    func(context.Context) bool
+		tries int
+	}
+	firsts := []kind{
+		{name: "delete grant Lease", do: p.deleteGrantLease}, {name: "edit the holder", do: p.editHolder},
+		{name: "a finalizer", do: p.finalized}, {name: "edit the token", do: p.editToken},
+		{name: "a pipeline changes consent", do: p.pipelineConsent}, {name: "edit the writer", do: p.editWriter},
+		{name: "alice", do: p.aliceWrites}, {name: "a Lease of somebody else's", do: p.foreignLease},
+		{name: "consent withdrawn and given", do: p.consent}, {name: "delete the token floor", do: p.deleteTokenFloor},
+		{name: "edit the holder", do: p.editHolder}, {name: "a finalizer", do: p.finalized},
+	}
+	type op struct {
+		weight int
+		do     func(context.Context) bool
+	}
+	ops := []op{
+		{3, p.deleteGrantLease}, {3, p.editHolder}, {2, p.editToken}, {2, p.editWriter}, {1, p.deleteTokenFloor},
+		{2, p.aliceWrites}, {2, p.pipelineConsent}, {1, p.consent}, {1, p.foreignLease}, {3, p.finalized},
+	}
+	sleep := func(lo, hi time.Duration) bool {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(lo + time.Duration(p.rng.Int64N(int64(hi-lo)+1))):
+			return true
+		}
+	}
+	var given []kind // up after 40 tries
+	defer func() {
+		for _, k := range append(given, firsts...) {
+			p.figure("people: %s never done (%d tries found nothing to act on)", k.name, k.tries)
+		}
+	}()
+	if !sleep(2*time.Second, 3*time.Second) {
+		return
+	}
+	for next := 0; ctx.Err() == nil; {
+		acted := true
+		if len(firsts) > 0 {
+			// One that finds nothing to act on is tried again soon, after
+			// the others, and given up after 40 tries.
+			next %= len(firsts)
+			k := &firsts[next]
+			k.tries++
+			switch acted = k.do(ctx); {
+			case acted:
+				firsts = slices.Delete(firsts, next, next+1)
+			case k.tries == 40:
+				given = append(given, *k)
+				firsts = slices.Delete(firsts, next, next+1)
+			default:
+				next++
+			}
+		} else {
+			pick(p.rng, ops, func(o op) int { return o.weight }).do(ctx)
+		}
+		lo, hi := every/2, every
+		if !acted {
+			lo, hi = 200*time.Millisecond, 400*time.Millisecond
+		}
+		if !sleep(lo, hi) {
+			break
+		}
+	}
+}
+
+// stop waits for the sequences still running (finalizers, foreign Leases,
+// the flood) and returns the figures.
+func (p *people) stop() []string {
+	p.wg.Wait()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string{fmt.Sprintf("people: %s; refused or failed: %s", p.ops, p.failed)}, p.figures...)
+}
+
+// heldLock draws a lock of the workload whose holder the checker sees Held,
+// with that holder, and its other live claims.
+func (p *people) heldLock() (LockKey, ClaimRef, []ClaimRef, bool) {
+	for _, i := range p.rng.Perm(len(p.h.targets)) {
+		k := p.h.targets[i]
+		claims := p.h.check.Claims(k)
+		if j := slices.IndexFunc(claims, func(c ClaimRef) bool { return c.Phase == buildlockv1.PhaseHeld }); j >= 0 {
+			return k, claims[j], slices.Delete(claims, j, j+1), true
+		}
+	}
+	return LockKey{}, ClaimRef{}, nil, false
+}
+
+// heldLease reads the grant Lease of a lock of the workload whose holder
+// the checker sees Held.
+func (p *people) heldLease(ctx context.Context) (LockKey, *coordinationv1.Lease, bool) {
+	k, _, _, ok := p.heldLock()
+	if !ok {
+		return k, nil, false
+	}
+	l, ok := p.getLease(ctx, k.Namespace, LeasePrefix+k.Target)
+	return k, l, ok
+}
+
+func (p *people) getLease(ctx context.Context, ns, name string) (*coordinationv1.Lease, bool) {
+	var l coordinationv1.Lease
+	if err := p.admin.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &l); err != nil {
+		p.note("get Lease", err)
+		return nil, false
+	}
+	return &l, true
+}
+
+// deleteGrantLease: a person deletes a held lock's grant Lease. The
+// operator must write it again at once, naming the same holder with the
+// same token; meanwhile an enforced target refuses every write.
+func (p *people) deleteGrantLease(ctx context.Context) bool {
+	_, l, ok := p.heldLease(ctx)
+	if !ok {
+		return false
+	}
+	p.h.ledger.PersonDeletesLease(l)
+	err := p.admin.Delete(ctx, l, client.Preconditions{UID: &l.UID, ResourceVersion: &l.ResourceVersion})
+	p.note("delete grant Lease", err)
+	return err == nil // a conflict: the Lease moved on meanwhile; try again
+}
+
+// edit updates a held lock's grant Lease as a person would (kubectl edit:
+// an update of the version read), as c, and reports whether it sent the
+// update (change says there was something to change).
+func (p *people) edit(ctx context.Context, c client.Client, kind string, k LockKey, change func(*coordinationv1.Lease) bool) bool {
+	l, ok := p.getLease(ctx, k.Namespace, LeasePrefix+k.Target)
+	if !ok || !change(l) {
+		return false
+	}
+	p.h.ledger.PersonWritesLease(l)
+	err := c.Update(ctx, l)
+	p.note(kind, err)
+	return err == nil // a conflict: the Lease moved on meanwhile; try again
+}
+
+// editHeld is edit, as the administrator, of a lock of the workload whose
+// holder the checker sees Held; change also gets the lock's other live
+// claims.
+func (p *people) editHeld(ctx context.Context, kind string, change func(l *coordinationv1.Lease, others []ClaimRef)) bool {
+	k, _, others, ok := p.heldLock()
+	if !ok {
+		return false
+	}
+	return p.edit(ctx, p.admin, kind, k, func(l *coordinationv1.Lease) bool {
+		change(l, others)
+		return true
+	})
+}
+
+// editHolder: a person writes another holder into a held lock's grant
+// Lease, keeping the token: a waiter, a claim that does not exist, or
+// nobody. The operator must write the holder back.
+func (p *people) editHolder(ctx context.Context) bool {
+	return p.editHeld(ctx, "edit grant Lease holder", func(l *coordinationv1.Lease, others []ClaimRef) {
+		switch n := p.rng.IntN(3); {
+		case n == 0 && len(others) > 0:
+			w := others[p.rng.IntN(len(others))]
+			l.Spec.HolderIdentity = ptr.To(w.Name + "/" + string(w.UID))
+		case n == 1:
+			l.Spec.HolderIdentity = ptr.To("no-such-claim/00000000-0000-0000-0000-0000000000ee")
+		default:
+			l.Spec.HolderIdentity = nil
+		}
+	})
+}
+
+// editToken: a person lowers a held lock's token to 1, or raises it by
+// 50. The operator must write the holder's token back; later grants go
+// above every token it gave.
+func (p *people) editToken(ctx context.Context) bool {
+	return p.editHeld(ctx, "edit grant Lease token", func(l *coordinationv1.Lease, _ []ClaimRef) {
+		t := ptr.Deref(l.Spec.LeaseTransitions, 0)
+		if p.rng.IntN(2) == 0 && t > 1 {
+			t = 1
+		} else {
+			t += 50
+		}
+		l.Spec.LeaseTransitions = ptr.To(t)
+	})
+}
+
+// editWriter: a person writes another pod into a held enforced lock's
+// writer annotation (or adds it, when the holder has no pod): a waiter's,
+// so that admission lets it write until the operator undoes it.
+func (p *people) editWriter(ctx context.Context) bool {
+	if p.dep == nil {
+		return false
+	}
+	k := p.dep.locks[p.rng.IntN(len(p.dep.locks))]
+	pod := "00000000-0000-0000-0000-0000000000ff"
+	for _, c := range p.h.check.Claims(k) {
+		if c.Phase != buildlockv1.PhaseHeld && c.PodUID != "" {
+			pod = c.PodUID
+		}
+	}
+	return p.edit(ctx, p.admin, "edit grant Lease writer", k, func(l *coordinationv1.Lease) bool {
+		if l.Spec.HolderIdentity == nil {
+			return false // nobody holds
+		}
+		if l.Annotations == nil {
+			l.Annotations = map[string]string{}
+		}
+		l.Annotations[WriterPodAnnotation] = pod
+		return true
+	})
+}
+
+// deleteTokenFloor: a person deletes a namespace's token floor.
+func (p *people) deleteTokenFloor(ctx context.Context) bool {
+	for _, ns := range p.h.namespaces {
+		var l coordinationv1.Lease
+		if err := p.admin.Get(ctx, types.NamespacedName{Namespace: ns, Name: TokenFloorLease}, &l); err != nil {
+			continue
+		}
+		p.h.ledger.PersonDeletesLease(&l)
+		p.note("delete token floor", p.admin.Delete(ctx, &l, client.Preconditions{UID: &l.UID}))
+		return true
+	}
+	return false
+}
+
+// aliceWrites: alice, a person whom RBAC lets write Leases but who is not
+// the operator, deletes or edits a held lock's grant Lease. With the
+// enforcement policies installed, the grant-Lease guard must refuse her.
+func (p *people) aliceWrites(ctx context.Context) bool {
+	if p.dep == nil {
+		return false
+	}
+	k, l, ok := p.heldLease(ctx)
+	if !ok {
+		return false
+	}
+	var err error
+	kind := "alice deletes a grant Lease"
+	if p.rng.IntN(2) == 0 {
+		p.h.ledger.PersonDeletesLease(l)
+		err = retry(ctx, func() error { return p.alice.Delete(ctx, l, client.Preconditions{UID: &l.UID}) })
+	} else {
+		kind = "alice edits a grant Lease"
+		l.Spec.HolderIdentity = nil
+		p.h.ledger.PersonWritesLease(l)
+		err = retry(ctx, func() error { return p.alice.Update(ctx, l) })
+	}
+	p.note(kind, err)
+	switch {
+	case err == nil:
+		p.h.check.AddViolation(k, "grant-record-guarded", "%s was admitted: only the operator and system:masters may write a grant Lease (%s)", kind, l.Name)
+	case apierrors.IsForbidden(err) && !strings.Contains(err.Error(), "buildlock-grant-leases"):
+		p.h.t.Errorf("people: %s was refused, but not by the grant-Lease guard (RBAC set up wrong?): %v", kind, err)
+	case ctx.Err() == nil && !apierrors.IsForbidden(err) && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err):
+		p.h.t.Logf("people: %s failed: %v", kind, err)
+	}
+	return true
+}
+
+// consent: a person withdraws the enforced target's consent (its label
+// buildlock.io/locked-by), then gives it again. Meanwhile the target is
+// not fenced, so the deployer waits until the fence is proven again.
+func (p *people) consent(ctx context.Context) bool {
+	if p.dep == nil || time.Since(p.lastConsent) < max(p.h.o.duration/6, 10*time.Second) {
+		return false
+	}
+	p.lastConsent = time.Now()
+	k := p.dep.locks[p.rng.IntN(len(p.dep.locks))]
+	p.dep.pause()
+	defer p.dep.resume()
+	p.h.ledger.PersonSetsConsent(k.Target, "")
+	p.note("withdraw consent", p.setConsent(ctx, p.admin, k.Target, ""))
+	time.Sleep(time.Duration(1000+p.rng.IntN(1500)) * time.Millisecond)
+	p.h.ledger.PersonSetsConsent(k.Target, k.Namespace)
+	for attempt := 0; ctx.Err() == nil; attempt++ {
+		err := p.setConsent(ctx, p.admin, k.Target, k.Namespace)
+		p.note("give consent", err)
+		if err == nil || attempt == 10 {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	// The fence holds again once the policy says Enforcing and both API
+	// servers refuse a pod that never claims.
+	p.dep.waitEnforcing(ctx, p.h)
+	return true
+}
+
+// setConsent sets (or, with "", removes) namespace ns's consent label as c.
+func (p *people) setConsent(ctx context.Context, c client.Client, ns, value string) error {
+	var v any
+	if value != "" {
+		v = value
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{buildlockv1.LockedByLabel: v}}})
+	return c.Patch(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, client.RawPatch(types.MergePatchType, patch))
+}
+
+// pipelineConsent: a pipeline (the enforced lock's holder's pod, when one
+// holds: the fence admits its writes) removes or changes its target's
+// consent, or gives consent to a namespace that has none. Admission must
+// refuse all three: consent is people's.
+func (p *people) pipelineConsent(ctx context.Context) bool {
+	ns, value := unfencedNamespace, p.h.namespaces[0]
+	podName, podUID := "", ""
+	if p.dep != nil && p.rng.IntN(3) > 0 {
+		k := p.dep.locks[p.rng.IntN(len(p.dep.locks))]
+		ns, value = k.Target, ""
+		if p.rng.IntN(2) == 0 {
+			value = "chaos-other"
+		}
+		for _, c := range p.h.check.Claims(k) {
+			if c.Phase == buildlockv1.PhaseHeld && c.PodUID != "" {
+				podName, podUID = "pod-"+c.Name, c.PodUID
+			}
+		}
+	}
+	p.h.ledger.PipelineTriesConsent(ns, value)
+	as := p.pipelineAs(podName, podUID)
+	err := retry(ctx, func() error { return p.setConsent(ctx, as, ns, value) })
+	kind := "pipeline changes consent"
+	p.note(kind, err)
+	switch {
+	case err == nil:
+		// The checker's watch of the namespace reports it too.
+		p.h.check.AddViolation(LockKey{Namespace: ns}, "consent-by-people", "a pipeline set namespace %s's consent label to %q, and admission let it", ns, value)
+	case apierrors.IsForbidden(err) && !strings.Contains(err.Error(), "buildlock-"):
+		p.h.t.Errorf("people: %s was refused by RBAC, not by admission (set up wrong?): %v", kind, err)
+	}
+	return true
+}
+
+// foreignLease: a person creates a Lease of their own under the name of a
+// new target's grant Lease; a claim of that target must stay Pending
+// (ForeignLease) and the Lease untouched, until the person deletes it.
+func (p *people) foreignLease(ctx context.Context) bool {
+	p.seq++
+	ns, target := p.floodNS, fmt.Sprintf("foreign-%d", p.seq)
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: LeasePrefix + target},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("deploy-bot"), LeaseTransitions: ptr.To(int32(7))}}
+	p.h.ledger.PersonCreatesForeignLease(ns, lease.Name)
+	if err := p.admin.Create(ctx, lease); err != nil {
+		p.note("create a foreign Lease", err)
+		return false
+	}
+	p.note("create a foreign Lease", nil)
+	name := "claim-of-" + target
+	spec := buildlockv1.BuildLockSpec{Target: target, Repo: "acme/shop", Branch: "foreign", Build: int64(p.seq),
+		Timestamp: micro(p.h.clock.Now()), ExpiresAfter: &metav1.Duration{Duration: 10 * time.Second}}
+	p.h.ledger.WroteSpec(ns, name, spec)
+	if err := p.admin.Create(ctx, &buildlockv1.BuildLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: spec}); err != nil {
+		p.note("claim a foreign Lease's target", err)
+	}
+	wait := time.Duration(2000+p.rng.IntN(1000)) * time.Millisecond
+	p.wg.Go(func() {
+		time.Sleep(wait)
+		var bl buildlockv1.BuildLock
+		if err := p.admin.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &bl); err == nil {
+			p.ops.add(fmt.Sprintf("claim of a foreign Lease's target after 2 s: %s/%s", phaseOf(bl.Status.Phase), bl.Status.Reason), 1)
+		}
+		p.h.ledger.PersonDeletesLease(lease)
+		p.note("delete a foreign Lease", p.admin.Delete(context.WithoutCancel(ctx), lease, client.Preconditions{UID: &lease.UID}))
+	})
+	return true
+}
+
+// finalized: a claim that a finalizer keeps is deleted by its owner while
+// it holds or waits: it has ended (Released, Deleted) and the lock goes on.
+// A few seconds later the finalizer is removed and the claim goes.
+func (p *people) finalized(ctx context.Context) bool {
+	k := p.h.targets[p.rng.IntN(len(p.h.targets))]
+	if p.h.check.LiveClaims(k) >= maxLive {
+		return false
+	}
+	p.seq++
+	name := fmt.Sprintf("finalized-%d", p.seq)
+	spec := buildlockv1.BuildLockSpec{Target: k.Target, Repo: "acme/final", Branch: "main", Build: int64(p.seq), Timestamp: micro(p.h.clock.Now())}
+	var pod *corev1.Pod
+	if p.rng.IntN(2) == 0 {
+		pod = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: "pod-" + name},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "build", Image: "busybox"}}}}
+		if err := p.admin.Create(ctx, pod); err != nil {
+			p.note("create a finalized claim's pod", err)
+			return false
+		}
+		p.h.ledger.PodCreated(pod.Namespace, pod.Name, pod.UID)
+		spec.PodRef = &buildlockv1.PodReference{Name: pod.Name, UID: string(pod.UID)}
+	} else {
+		spec.ExpiresAfter = &metav1.Duration{Duration: 20 * time.Second}
+	}
+	bl := &buildlockv1.BuildLock{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: name, Finalizers: []string{keepFinalizer}}, Spec: spec}
+	p.h.ledger.WroteSpec(k.Namespace, name, spec)
+	if err := p.admin.Create(ctx, bl); err != nil {
+		p.note("create a finalized claim", err)
+		return false
+	}
+	p.note("create a finalized claim", nil)
+	keep := time.Duration(2000+p.rng.IntN(2000)) * time.Millisecond
+	p.wg.Go(func() {
+		// When the run ends meanwhile, the sequence goes on, but quickly.
+		ended := ctx.Done()
+		ctx := context.WithoutCancel(ctx)
+		deadline := time.Now().Add(5 * time.Second)
+		for time.Now().Before(deadline) && ctx.Err() == nil {
+			select {
+			case <-ended:
+				deadline = time.Now()
+				continue
+			default:
+			}
+			if phase, _, _ := p.h.check.Claim(k.Namespace, name); phase == buildlockv1.PhaseHeld || phase == buildlockv1.PhaseWaiting || isTerminal(phase) {
+				p.ops.add("finalized claim deleted while "+string(phase), 1)
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		p.h.ledger.RequestDelete(k.Namespace, name)
+		p.note("delete a finalized claim", client.IgnoreNotFound(retry(ctx, func() error { return p.admin.Delete(ctx, bl) })))
+		select {
+		case <-time.After(keep):
+		case <-ended:
+			time.Sleep(500 * time.Millisecond)
+		}
+		patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))
+		p.note("remove a deleted claim's finalizer", client.IgnoreNotFound(retry(ctx, func() error {
+			return p.admin.Patch(ctx, &buildlockv1.BuildLock{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: name}}, patch)
+		})))
+		if pod != nil {
+			p.h.ledger.PodDeleting(pod.Namespace, pod.Name)
+			p.note("delete a finalized claim's pod", client.IgnoreNotFound(p.admin.Delete(ctx, pod, client.GracePeriodSeconds(0))))
+		}
+	})
+	return true
+}
+
+// floodLines: a pipeline identity holds a lock with many short-lived fake
+// lines, one after another (each claims, is granted, and is deleted once
+// the next one waits behind it), while a victim line (a person's) holds now
+// and then. The victim's memory must survive: the checker's
+// line-memory-kept rule judges every version of the Lease, and after each
+// hold of the victim line, and at the end, a build of it below its latest
+// must not deploy (no-rollback).
+func (p *people) floodLines(ctx context.Context) {
+	ns, target := p.floodNS, p.floodTarget
+	lines := 70 // more than the 64 records that flushed a line's memory before issue 21
+	if p.h.o.long {
+		lines = 200
+	}
+	type claimed struct {
+		c    client.Client
+		name string
+	}
+	var prev *claimed
+	// claim creates a pod-less claim as c, ends the previous one, and waits
+	// until the new one is granted or ended.
+	claim := func(c client.Client, name, repo string, build int64) (buildlockv1.Phase, bool) {
+		spec := buildlockv1.BuildLockSpec{Target: target, Repo: repo, Branch: "main", Build: build,
+			Timestamp: micro(p.h.clock.Now()), ExpiresAfter: &metav1.Duration{Duration: 10 * time.Second}}
+		p.h.ledger.WroteSpec(ns, name, spec)
+		err := retry(ctx, func() error {
+			err := c.Create(ctx, &buildlockv1.BuildLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: spec})
+			if apierrors.IsAlreadyExists(err) {
+				return nil // an earlier try went through
+			}
+			return err
+		})
+		p.note("flood: claim", err)
+		if prev != nil {
+			p.h.ledger.RequestDelete(ns, prev.name)
+			old := prev
+			p.note("flood: release", client.IgnoreNotFound(retry(ctx, func() error {
+				return old.c.Delete(context.WithoutCancel(ctx), &buildlockv1.BuildLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: old.name}})
+			})))
+			prev = nil
+		}
+		if err != nil {
+			return "", false
+		}
+		prev = &claimed{c, name}
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) && ctx.Err() == nil {
+			phase, _, _ := p.h.check.Claim(ns, name)
+			if p.h.check.Granted(ns, name) {
+				return buildlockv1.PhaseHeld, true
+			}
+			if isTerminal(phase) {
+				return phase, true
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		phase, _, _ := p.h.check.Claim(ns, name)
+		return phase, true
+	}
+	began := time.Now()
+	held := 0
+	victim := int64(100)
+	late := newCounters() // what became of the victim's lower builds
+	probes := 0
+	probe := func() {
+		probes++
+		if phase, ok := claim(p.admin, fmt.Sprintf("victim-%d-late-%d", victim-1, probes), "victim/app", victim-1); ok {
+			late.add(string(phase), 1)
+		}
+	}
+	claim(p.admin, fmt.Sprintf("victim-%d", victim), "victim/app", victim)
+	for i := 0; i < lines && ctx.Err() == nil; i++ {
+		if phase, ok := claim(p.flood, fmt.Sprintf("flood-%d", i), fmt.Sprintf("flood/l-%d", i), 1); ok && phase == buildlockv1.PhaseHeld {
+			held++
+		}
+		if i%20 == 19 {
+			victim++ // the victim line deploys now and then
+			claim(p.admin, fmt.Sprintf("victim-%d", victim), "victim/app", victim)
+			probe()
+		}
+	}
+	if ctx.Err() == nil {
+		// Judged even if the run ends meanwhile: a grant would show within
+		// seconds.
+		ctx = context.WithoutCancel(ctx)
+		probe()
+	}
+	if prev != nil {
+		p.h.ledger.RequestDelete(ns, prev.name)
+		_ = client.IgnoreNotFound(prev.c.Delete(context.WithoutCancel(ctx), &buildlockv1.BuildLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: prev.name}}))
+	}
+	p.figure("flood: %d of %d fake lines of %s held in %s; the victim line's builds below its latest that held, claimed after each of its holds: %s",
+		held, lines, floodAccount, time.Since(began).Round(time.Millisecond), late)
+}
