@@ -23,20 +23,26 @@
 //   2. The body runs with BUILDLOCK_FENCING_TOKEN and BUILDLOCK_TARGET set.
 //   3. The lock is released, whatever the body did.
 //
-// When a newer build supersedes this one, the body does not run: the build's
-// result becomes NOT_BUILT (as when the milestone step aborts an older build),
-// its description says why, and the step fails, so that no later stage runs.
+// When this build is superseded (a newer build goes instead, a higher one
+// already deployed, another run of it holds: the plugin's log says which),
+// the body does not run: the build's result becomes NOT_BUILT (as when the
+// milestone step aborts an older build), its description says so, and the
+// step fails, so that no later stage runs. A replay or rebuild keeps the
+// build number and deploys again once the first run's claim has ended. The
+// claim's line is the job (JOB_NAME), which numbers its builds.
 //
 // Arguments: target (required); timeout, how long to wait (default '30m');
 // namespace, of the claims (default: the kubeconfig's, or the agent pod's);
 // expiresAfter, how long a hold lasts when the agent is no pod in the claims'
-// namespace (nothing renews the claim while the body runs; default 1h).
+// namespace (nothing renews the claim while the body runs; default 1h);
+// rollback: true to deploy this build on purpose even if a higher build of
+// the job already deployed, with reason, why (recorded in the lock's audit).
 //
 // Values reach the shell through withEnv only: the scripts below are
 // single-quoted Groovy strings, in which nothing is interpolated.
 
 def call(Map args = [:], Closure body) {
-    def known = ['target', 'timeout', 'namespace', 'expiresAfter']
+    def known = ['target', 'timeout', 'namespace', 'expiresAfter', 'rollback', 'reason']
     def unknown = args.keySet().findAll { !(it in known) }
     if (unknown) {
         error("buildlock: unknown argument(s) ${unknown}; the arguments are ${known}")
@@ -45,12 +51,20 @@ def call(Map args = [:], Closure body) {
     if (!(target ==~ /[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/)) {
         error("buildlock: target must be a namespace name, as in buildlock(target: 'staging') { ... }")
     }
+    if (!(args.rollback in [null, true, false])) {
+        error("buildlock: rollback must be true or false")
+    }
+    if (args.rollback && !(args.reason ?: '').trim()) {
+        error("buildlock: rollback needs a reason, as in buildlock(target: 'staging', rollback: true, reason: 'INC-7') { ... }")
+    }
     def result = null
     withEnv([
         "BUILDLOCK_ARG_TARGET=${target}",
         "BUILDLOCK_ARG_TIMEOUT=${args.timeout ?: '30m'}",
         "BUILDLOCK_ARG_NAMESPACE=${args.namespace ?: ''}",
         "BUILDLOCK_ARG_EXPIRES_AFTER=${args.expiresAfter ?: ''}",
+        "BUILDLOCK_ARG_ROLLBACK=${args.rollback ? 'true' : ''}",
+        "BUILDLOCK_ARG_REASON=${args.reason ?: ''}",
     ]) {
         // Prints "<exit code> <fencing token>": the plugin prints the token on
         // stdout and everything else on stderr.
@@ -62,6 +76,9 @@ def call(Map args = [:], Closure body) {
             if [ -n "$BUILDLOCK_ARG_EXPIRES_AFTER" ]; then
               set -- "$@" --expires-after "$BUILDLOCK_ARG_EXPIRES_AFTER"
             fi
+            if [ -n "$BUILDLOCK_ARG_ROLLBACK" ]; then
+              set -- "$@" --rollback --reason "$BUILDLOCK_ARG_REASON"
+            fi
             status=0
             token="$(kubectl-buildlock "$@")" || status=$?
             echo "$status $token"
@@ -69,8 +86,8 @@ def call(Map args = [:], Closure body) {
         int status = acquired[0] as int
         if (status == 3) {
             currentBuild.result = 'NOT_BUILT'
-            currentBuild.description = "Superseded on ${target}: a newer build deploys"
-            error("buildlock: superseded on ${target}: a newer build will deploy. This build stops here without deploying (result NOT_BUILT); it is not a deploy failure.")
+            currentBuild.description = "Superseded on ${target}: not deployed"
+            error("buildlock: superseded on ${target}: this build will not deploy (the plugin says why above, and what to do). This build stops here (result NOT_BUILT); it is not a deploy failure.")
         }
         if (status != 0 || acquired.size() != 2) {
             error("buildlock: taking the lock of ${target} failed with exit code ${status} (4: timed out, 5: the claim ended; the plugin says why above)")

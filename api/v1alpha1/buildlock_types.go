@@ -22,8 +22,9 @@ const (
 	// to Released or Expired.
 	PhaseHeld Phase = "Held"
 	// PhaseSuperseded means a newer build made this claim obsolete, or its
-	// build may not deploy on its line (reasons LineOwnedByOther,
-	// BuildJumpTooLarge); its build should stop without deploying. Terminal.
+	// build may not deploy on its line (reasons DuplicateBuild,
+	// LineOwnedByOther, BuildJumpTooLarge, RollbackNotAllowed); its build
+	// should stop without deploying. Terminal.
 	PhaseSuperseded Phase = "Superseded"
 	// PhaseReleased means the claim ended because its pod finished or disappeared,
 	// a person force-released it, or it was deleted while a finalizer kept
@@ -45,6 +46,14 @@ func (p Phase) IsTerminal() bool {
 // claim's reason in every other phase.
 const ConditionAcquired = "Acquired"
 
+// ConditionDecided is True once the operator's verdict on the claim is
+// final for the pipeline: the claim holds the lock (Held), or it ended
+// (Superseded, Released, Expired). It is False while the claim is Pending
+// or Waiting. Its reason is the claim's. One
+// `kubectl wait --for=condition=Decided` returns on either outcome; then
+// status.phase says which (a pipeline deploys only on Held).
+const ConditionDecided = "Decided"
+
 // Reasons set on status.reason and on the Acquired condition.
 const (
 	// ReasonPending means the operator has not arbitrated this claim yet.
@@ -64,13 +73,17 @@ const (
 	// ReasonQueued means the claim has a place in the lock's queue (orderings
 	// Queue and Fifo); its message names the claim directly ahead of it.
 	ReasonQueued = "Queued"
-	// ReasonSupersededByNewerBuild means a newer build of the same repository and
-	// branch, or (ordering NewestWins) a newer build of another line that won
-	// the waiting slot, made this claim obsolete; or a higher build of its
-	// line already held the lock (a build never deploys backwards).
+	// ReasonSupersededByNewerBuild means a newer build of the same line
+	// (repository, branch and workflow), or (ordering NewestWins) a newer
+	// build of another line that won the waiting slot, made this claim
+	// obsolete; or a higher build of its line already held the lock since
+	// the line's last rollback (a build never deploys backwards unless it is
+	// a rollback).
 	ReasonSupersededByNewerBuild = "SupersededByNewerBuild"
-	// ReasonDuplicateBuild means another claim for the same repository, branch and
-	// build number was there first, or that build already held the lock.
+	// ReasonDuplicateBuild means another run of the same build (same line
+	// and build number) was there first and still waits or holds: two runs
+	// of one build never deploy at once. Or the build already held the lock
+	// and the BuildLockPolicy refuses re-runs (spec.reruns: Refused).
 	ReasonDuplicateBuild = "DuplicateBuild"
 	// ReasonLineOwnedByOther (phase Superseded) means the claim's line
 	// (repository and branch) belongs to another service account: the
@@ -80,6 +93,13 @@ const (
 	// build; a person's claim may (and frees the line). Only with the
 	// enforcement policies installed, which stamp spec.requester.
 	ReasonLineOwnedByOther = "LineOwnedByOther"
+	// ReasonRollbackNotAllowed (phase Superseded) means the claim is a
+	// rollback (spec.rollback) and its lock's BuildLockPolicy does not allow
+	// rollbacks from its requester: spec.rollbacks is Nobody, or PeopleOnly
+	// and the claim's verified requester is a service account or unknown
+	// (without the enforcement policies that stamp spec.requester, no
+	// requester is verified, and PeopleOnly refuses every rollback).
+	ReasonRollbackNotAllowed = "RollbackNotAllowed"
 	// ReasonBuildJumpTooLarge (phase Superseded) means the claim's build is
 	// more than the operator's --max-build-jump (default
 	// DefaultMaxBuildJump) above the highest build of its line that held
@@ -118,14 +138,14 @@ type PodReference struct {
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
-	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// +kubebuilder:validation:XValidation:rule=`self.matches(r'^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')`,message="spec.podRef.name must be the name of a pod in this BuildLock's namespace: lower-case letters, digits, '-' and '.', for example shop-42-deploy (no namespace/ prefix)"
 	Name string `json:"name"`
 
 	// UID of the pod. When set, a pod of the same name with another UID counts
 	// as gone (the build's pod was replaced).
 	// +optional
 	// +kubebuilder:validation:MaxLength=36
-	// +kubebuilder:validation:Pattern=`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`
+	// +kubebuilder:validation:XValidation:rule=`self.matches(r'^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$')`,message="spec.podRef.uid must be the pod's metadata.uid, a UUID such as 0f9c4e2a-7b1d-4c3e-9a5f-123456789abc"
 	UID string `json:"uid,omitempty"`
 }
 
@@ -140,6 +160,8 @@ type PodReference struct {
 // +kubebuilder:validation:XValidation:rule="has(self.expiresAfter) == has(oldSelf.expiresAfter) && (!has(self.expiresAfter) || duration(self.expiresAfter) == duration(oldSelf.expiresAfter))",message="spec.expiresAfter is immutable: delete this BuildLock and create a new one"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.renewTime) || (has(self.renewTime) && timestamp(self.renewTime) >= timestamp(oldSelf.renewTime))",message="spec.renewTime may only move forward: set it to the current time, never earlier than its last value, and never remove it"
 // +kubebuilder:validation:XValidation:rule="has(self.requester) == has(oldSelf.requester) && (!has(self.requester) || self.requester == oldSelf.requester)",message="spec.requester is stamped by the API server when the BuildLock is created and is immutable"
+// +kubebuilder:validation:XValidation:rule="has(self.workflow) == has(oldSelf.workflow) && (!has(self.workflow) || self.workflow == oldSelf.workflow)",message="spec.workflow is immutable: delete this BuildLock and create a new one"
+// +kubebuilder:validation:XValidation:rule="has(self.rollback) == has(oldSelf.rollback) && (!has(self.rollback) || self.rollback == oldSelf.rollback)",message="spec.rollback is immutable: delete this BuildLock and create a new one"
 // +kubebuilder:validation:XValidation:rule="!has(self.podRef) || !has(self.expiresAfter)",message="spec.expiresAfter applies only to claims without spec.podRef: a claim with a pod holds while its pod runs (bound it with the operator's --max-hold or a BuildLockPolicy's spec.maxHold); remove expiresAfter"
 type BuildLockSpec struct {
 	// Target is the namespace the build deploys into. Claims in the same
@@ -147,7 +169,7 @@ type BuildLockSpec struct {
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
-	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:XValidation:rule=`self.matches(r'^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')`,message="spec.target must be a namespace name: lower-case letters, digits and '-', beginning and ending with a letter or digit, for example staging"
 	Target string `json:"target"`
 
 	// Repo is the repository the build comes from, as owner/name (GitLab's
@@ -155,7 +177,7 @@ type BuildLockSpec struct {
 	// +required
 	// +kubebuilder:validation:MinLength=3
 	// +kubebuilder:validation:MaxLength=255
-	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)+$`
+	// +kubebuilder:validation:XValidation:rule=`self.matches(r'^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)+$')`,message="spec.repo must be owner/name (GitLab: group/subgroup/name), each part of letters, digits, '_', '.' and '-', for example acme/shop; not a URL"
 	Repo string `json:"repo"`
 
 	// Branch is the branch (or other ref) that was built. Control characters
@@ -173,6 +195,33 @@ type BuildLockSpec struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=9007199254740991
 	Build int64 `json:"build"`
+
+	// Workflow is what the CI system numbers builds in, where that is less
+	// than the repository: GitHub Actions counts run numbers per workflow
+	// (GITHUB_WORKFLOW_REF without its @ref), Jenkins build numbers per job,
+	// Tekton per pipeline. A line is repo, branch and workflow: the builds
+	// of two workflows of one repository and branch are never compared. The
+	// plugin and the integrations fill it in; a claim without it is of the
+	// line of repo and branch alone, as claims were before it existed.
+	// Control characters and Unicode bidirectional overrides are refused.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:XValidation:rule=`!self.matches(r'[\x{0000}-\x{001f}\x{007f}-\x{009f}\x{202a}-\x{202e}\x{2066}-\x{2069}]')`,message="spec.workflow must not contain control characters (newlines, tabs, escape sequences) or Unicode bidirectional overrides"
+	Workflow string `json:"workflow,omitempty"`
+
+	// Rollback, when set, makes this claim a rollback on purpose: it may
+	// deploy a build at or below one of its line that already held the lock
+	// (it is exempt from "never backwards", and from nothing else: it waits
+	// for the holder, in its turn), and its grant lowers the line's memory
+	// to its build, so that the line's next build deploys normally. Whether
+	// a rollback is allowed, and from whom, is its lock's BuildLockPolicy's
+	// spec.rollbacks (default Anyone); a refused one is Superseded
+	// (RollbackNotAllowed). Its reason, with spec.requester, is recorded in
+	// the hold's event, in buildlock_rollbacks_total and in the grant
+	// record's audit (buildlock.io/audit), which outlives the claim.
+	// +optional
+	Rollback *Rollback `json:"rollback,omitempty"`
 
 	// PodRef names the pipeline's pod in this namespace. While it runs, the
 	// build is alive; when it finishes or disappears, the claim ends.
@@ -223,6 +272,18 @@ type BuildLockSpec struct {
 	// client could have written it.
 	// +optional
 	Requester *Requester `json:"requester,omitempty"`
+}
+
+// Rollback says why a claim rolls back.
+type Rollback struct {
+	// Reason says why, for the people who read the audit: an incident, a
+	// ticket. At most 256 characters, without control characters.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:XValidation:rule=`self.matches(r'\S')`,message="spec.rollback.reason must say why the build rolls back (an incident, a ticket): it is blank"
+	// +kubebuilder:validation:XValidation:rule=`!self.matches(r'[\x{0000}-\x{001f}\x{007f}-\x{009f}\x{202a}-\x{202e}\x{2066}-\x{2069}]')`,message="spec.rollback.reason must not contain control characters (newlines, tabs, escape sequences) or Unicode bidirectional overrides"
+	Reason string `json:"reason"`
 }
 
 // Requester is the authenticated identity that created a BuildLock. It is
@@ -336,7 +397,7 @@ type BuildLockStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// Conditions hold the Acquired condition.
+	// Conditions hold the Acquired and Decided conditions.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -349,7 +410,7 @@ type BuildLockStatus struct {
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:shortName=bl,categories=buildlock
+// +kubebuilder:resource:shortName=bl,categories=buildlock-all
 // +kubebuilder:selectablefield:JSONPath=`.spec.target`
 // +kubebuilder:printcolumn:name="Target",type=string,JSONPath=`.spec.target`
 // +kubebuilder:printcolumn:name="Repo",type=string,JSONPath=`.spec.repo`
@@ -362,6 +423,7 @@ type BuildLockStatus struct {
 // +kubebuilder:printcolumn:name="Token",type=integer,JSONPath=`.status.fencingToken`,priority=1
 // +kubebuilder:printcolumn:name="Pod",type=string,JSONPath=`.spec.podRef.name`,priority=1
 // +kubebuilder:printcolumn:name="Queued",type=date,JSONPath=`.status.queuedAt`,priority=1
+// +kubebuilder:printcolumn:name="Workflow",type=string,JSONPath=`.spec.workflow`,priority=1
 type BuildLock struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

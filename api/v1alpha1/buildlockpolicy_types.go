@@ -32,6 +32,43 @@ const (
 	OrderingFifo Ordering = "Fifo"
 )
 
+// Reruns says whether a new run of the build that held last for its line
+// (a CI system's re-run or retry: the same build number, another run) may
+// deploy again.
+// +kubebuilder:validation:Enum=Allowed;Refused
+type Reruns string
+
+const (
+	// RerunsAllowed is the default: a run of the build that held last for its
+	// line is granted like any build once the earlier run's claim has
+	// ended, unless a higher build of the line held since. Two runs of one
+	// build never wait or hold at once. GitLab allows retrying a deploy job
+	// the same way, and GitHub's "Re-run failed jobs" and Jenkins' "Replay"
+	// keep the build number: a failed deploy can be retried.
+	RerunsAllowed Reruns = "Allowed"
+	// RerunsRefused makes a build deploy once: a re-run of a build that held is
+	// Superseded (DuplicateBuild), as GitLab's "Prevent outdated deployment
+	// jobs" without retries of rollback deployments does.
+	RerunsRefused Reruns = "Refused"
+)
+
+// Rollbacks says who may roll back: deploy, on purpose (a claim's
+// spec.rollback), a build at or below one of its line that already held.
+// +kubebuilder:validation:Enum=Anyone;PeopleOnly;Nobody
+type Rollbacks string
+
+const (
+	// RollbacksAnyone is the default: pipelines and people may roll back.
+	RollbacksAnyone Rollbacks = "Anyone"
+	// RollbacksPeopleOnly allows only claims whose requester (spec.requester,
+	// stamped by the API server with the enforcement policies) is verified
+	// and is not a service account may roll back. Without those policies no
+	// requester is verified, and every rollback is refused: it fails closed.
+	RollbacksPeopleOnly Rollbacks = "PeopleOnly"
+	// RollbacksNobody refuses every rollback.
+	RollbacksNobody Rollbacks = "Nobody"
+)
+
 // ConditionReady on a BuildLockPolicy is True when the operator applies the
 // policy to its lock, and False with a reason when it cannot (the lock then
 // follows NewestWins).
@@ -118,6 +155,24 @@ type BuildLockPolicySpec struct {
 	// +kubebuilder:validation:XValidation:rule=`self.matches(r'^([0-9]{1,5}(\.[0-9]{1,9})?(ns|us|ms|s|m|h)){1,4}$') && duration(self) >= duration('1m') && duration(self) <= duration('168h')`,message="spec.maxHold must be a duration between 1m and 168h, for example 2h"
 	MaxHold *metav1.Duration `json:"maxHold,omitempty"`
 
+	// Reruns says whether a new run of the build that held last for its
+	// line (same build number, another run: a CI re-run or retry) may
+	// deploy again once the earlier run's claim ended: Allowed (the default)
+	// or Refused (a build deploys once; give a re-run a new build number).
+	// +optional
+	// +kubebuilder:default=Allowed
+	Reruns Reruns `json:"reruns,omitempty"`
+
+	// Rollbacks says who may roll back, with a claim's spec.rollback
+	// (`kubectl buildlock acquire --rollback --reason ...`): Anyone (the
+	// default: pipelines and people), PeopleOnly (verified requesters that
+	// are not service accounts; needs the enforcement policies, and refuses
+	// every rollback without them), or Nobody. A refused rollback is
+	// Superseded (RollbackNotAllowed).
+	// +optional
+	// +kubebuilder:default=Anyone
+	Rollbacks Rollbacks `json:"rollbacks,omitempty"`
+
 	// Enforce, when set, makes the API server itself refuse writes (create,
 	// update, patch, delete, exec, attach, port-forward) of objects in the
 	// target namespace, and updates and deletes of the namespace itself, by
@@ -164,7 +219,7 @@ type Enforcement struct {
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=64
 	// +kubebuilder:validation:items:MaxLength=253
-	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// +kubebuilder:validation:XValidation:rule=`self.all(s, s.matches(r'^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$'))`,message="spec.enforce.serviceAccounts must name service accounts of this namespace: lower-case letters, digits, '-' and '.', for example pipeline (not system:serviceaccount:ns:name)"
 	ServiceAccounts []string `json:"serviceAccounts,omitempty"`
 	// Repositories are the repositories (owner/name, GitLab's
 	// group/project) whose CI identities run pipelines: a request whose
@@ -218,7 +273,7 @@ type BuildLockPolicyStatus struct {
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:shortName=blp,categories=buildlock
+// +kubebuilder:resource:shortName=blp,categories=buildlock-all
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be the target this policy governs: a namespace name (a DNS-1123 label of at most 63 characters)"
 // +kubebuilder:printcolumn:name="Ordering",type=string,JSONPath=`.spec.ordering`
 // +kubebuilder:printcolumn:name="Max Hold",type=string,JSONPath=`.spec.maxHold`

@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	"strings"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -45,6 +46,52 @@ func ParseGrantHolder(identity string) (name string, uid types.UID) {
 	name, u, _ := strings.Cut(identity, "/")
 	return name, types.UID(u)
 }
+
+// +kubebuilder:object:generate=false
+
+// AuditEntry is one entry of a grant Lease's AuditAnnotation: a notable
+// event of the lock, kept after its claim is gone.
+type AuditEntry struct {
+	// Kind is AuditForceRelease, AuditRollback or AuditOverride.
+	Kind string `json:"kind"`
+	// At is when the operator recorded it.
+	At time.Time `json:"at"`
+	// Name is the BuildLock concerned; Repo, Branch, Workflow and Build its
+	// build; Token the fencing token of its hold.
+	Name     string `json:"name"`
+	Repo     string `json:"repo"`
+	Branch   string `json:"branch"`
+	Workflow string `json:"workflow,omitempty"`
+	Build    int64  `json:"build"`
+	Token    int64  `json:"token,omitempty"`
+	// By is who did it, as the API server verified them (a force-release's
+	// buildlock.io/force-released-by, a claim's spec.requester); empty when
+	// nothing verified it.
+	By string `json:"by,omitempty"`
+	// Reason is why: the force-release annotation's "who: why", or the
+	// rollback's spec.rollback.reason (cut to MaxQuotedLength characters);
+	// for an override, the rule a person's claim was exempt from
+	// (LineOwnedByOther or BuildJumpTooLarge).
+	Reason string `json:"reason,omitempty"`
+	// From is, for a rollback, the build of its line it rolled back from;
+	// for an override, the build of its line the memory had.
+	From int64 `json:"from,omitempty"`
+	// Owner is, for an override of LineOwnedByOther, the service account
+	// that owned the line.
+	Owner string `json:"owner,omitempty"`
+}
+
+// The kinds of AuditEntry.
+const (
+	// AuditForceRelease: a person ended a hold (ReasonForceReleased).
+	AuditForceRelease = "ForceRelease"
+	// AuditRollback: a rollback (spec.rollback) was granted the lock.
+	AuditRollback = "Rollback"
+	// AuditOverride: a person's claim was granted the lock where a
+	// pipeline's would have been refused (the line belonged to another
+	// service account, or its build jumped too far).
+	AuditOverride = "Override"
+)
 
 // GrantToken is the fencing token a grant Lease records (its
 // spec.leaseTransitions): the token of the latest grant of the lock, 0 when

@@ -171,6 +171,28 @@ const (
 	MaxQuotedLength = 320
 )
 
+// Defaults of a BuildLockPolicy's re-run and rollback settings, for a lock
+// without a policy, or a policy that leaves them out.
+const (
+	DefaultReruns    = RerunsAllowed
+	DefaultRollbacks = RollbacksAnyone
+)
+
+// Bounds of the fields that name a workflow and a rollback's reason.
+const (
+	MaxWorkflowLength = 255
+	// MaxRollbackReasonLength bounds spec.rollback.reason, in characters.
+	MaxRollbackReasonLength = 256
+)
+
+// AuditAnnotation on a grant Lease is its audit of the lock's notable
+// events (JSON, newest last): force-releases, rollbacks and overrides,
+// with who and why, bounded to MaxAuditEntries. It outlives the claims.
+const AuditAnnotation = "buildlock.io/audit"
+
+// MaxAuditEntries bounds the grant record's audit: the oldest entries go.
+const MaxAuditEntries = 10
+
 // Bounds and patterns of a BuildLockPolicy's spec.windows, as the CRD
 // enforces them (CronSchedule, TimeZone and Window repeat them literally).
 const (

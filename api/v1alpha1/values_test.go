@@ -56,18 +56,28 @@ func TestValuesAreTheCRDs(t *testing.T) {
 			t.Errorf("%s: the CRD has %v, api/v1alpha1 says %v", what, got, want)
 		}
 	}
-	check("target pattern", p["target"].Pattern, buildlockv1.TargetPattern)
+	// Patterns are CEL rules with a message (a raw pattern in an error says
+	// nothing a person can act on): self.matches(r'<pattern>').
+	hasPattern := func(field apiextensionsv1.JSONSchemaProps, pattern string) bool {
+		return field.Pattern == "" && strings.Contains(rules(field), "self.matches(r'"+pattern+"')")
+	}
+	check("target pattern", hasPattern(p["target"], buildlockv1.TargetPattern), true)
 	check("target maxLength", *p["target"].MaxLength, int64(buildlockv1.MaxTargetLength))
-	check("repo pattern", p["repo"].Pattern, buildlockv1.RepoPattern)
+	check("repo pattern", hasPattern(p["repo"], buildlockv1.RepoPattern), true)
 	check("repo minLength", *p["repo"].MinLength, int64(buildlockv1.MinRepoLength))
 	check("repo maxLength", *p["repo"].MaxLength, int64(buildlockv1.MaxRepoLength))
 	check("branch maxLength", *p["branch"].MaxLength, int64(buildlockv1.MaxBranchLength))
 	check("branch rule has the forbidden characters", strings.Contains(rules(p["branch"]), "["+buildlockv1.BranchForbiddenChars+"]"), true)
 	check("build maximum", int64(*p["build"].Maximum), int64(buildlockv1.MaxBuild))
 	pod := p["podRef"].Properties
-	check("podRef.name pattern", pod["name"].Pattern, buildlockv1.PodNamePattern)
+	check("podRef.name pattern", hasPattern(pod["name"], buildlockv1.PodNamePattern), true)
 	check("podRef.name maxLength", *pod["name"].MaxLength, int64(buildlockv1.MaxPodNameLength))
-	check("podRef.uid pattern", pod["uid"].Pattern, buildlockv1.PodUIDPattern)
+	check("podRef.uid pattern", hasPattern(pod["uid"], buildlockv1.PodUIDPattern), true)
+	check("workflow maxLength", *p["workflow"].MaxLength, int64(buildlockv1.MaxWorkflowLength))
+	check("workflow rule has the forbidden characters", strings.Contains(rules(p["workflow"]), "["+buildlockv1.BranchForbiddenChars+"]"), true)
+	reason := p["rollback"].Properties["reason"]
+	check("rollback reason maxLength", *reason.MaxLength, int64(buildlockv1.MaxRollbackReasonLength))
+	check("rollback reason rule has the forbidden characters", strings.Contains(rules(reason), "["+buildlockv1.BranchForbiddenChars+"]"), true)
 	check("podRef.uid maxLength", *pod["uid"].MaxLength, int64(buildlockv1.MaxPodUIDLength))
 	expires := rules(p["expiresAfter"])
 	check("expiresAfter rule has the duration pattern", strings.Contains(expires, "r'"+buildlockv1.DurationPattern+"'"), true)

@@ -97,7 +97,7 @@ type Window struct {
 	// position ("windows[2]").
 	// +optional
 	// +kubebuilder:validation:MaxLength=63
-	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:XValidation:rule=`self.matches(r'^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')`,message="a window's name must be a DNS-1123 label: lower-case letters, digits and '-', starting and ending with a letter or digit, for example weekend-freeze"
 	Name string `json:"name,omitempty"`
 
 	// Kind is Deny (the target is frozen while the window is in effect) or

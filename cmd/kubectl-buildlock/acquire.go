@@ -47,8 +47,11 @@ replaces another run's once it finished.
 
 ` + exitCodesHelp
 
-const acquireExample = `  # Deploy to staging while holding its lock; exit 3 means a newer build will deploy instead
+const acquireExample = `  # Deploy to staging while holding its lock; exit 3 means this build must not deploy (the message says why)
   kubectl buildlock acquire --target staging --timeout 30m -- ./deploy.sh
+
+  # Roll back on purpose to build 41, after 42 deployed
+  kubectl buildlock acquire --target staging --build 41 --rollback --reason "INC-7: 42 breaks checkout" -- ./deploy.sh
 
   # Outside CI, say who you are
   kubectl buildlock acquire -n ci --target staging --repo acme/shop --branch main --build 42 -- make deploy
@@ -69,6 +72,9 @@ type acquireOptions struct {
 	// command runs while the lock is held, when given after "--".
 	command              []string
 	timeout, gracePeriod time.Duration
+	// rollback and reason are --rollback and --reason.
+	rollback bool
+	reason   string
 	// notes are worth telling the user before acquiring.
 	notes []string
 }
@@ -84,6 +90,10 @@ func newAcquireCommand(o *acquireOptions) *cobra.Command {
 	fs.StringVar(&o.claim.Name, "name", "", "The BuildLock's name (default: derived from repo, branch, build and target).")
 	fs.DurationVar(&o.timeout, "timeout", 0, "How long to wait for the lock before giving up (exit 4, the claim is deleted); 0 waits until interrupted.")
 	fs.DurationVar(&o.claim.ExpiresAfter, "expires-after", 0, "For a claim without a pod: how long the hold lasts without renewal (10s to 24h). Default: 2m with -- CMD (renewed every third of it while it runs), else the API's 1h.")
+	fs.BoolVar(&o.rollback, "rollback", false, "Roll back on purpose: deploy this build even if a higher build of its line already deployed "+
+		"(spec.rollback; the target's BuildLockPolicy says who may). Needs --reason, which is recorded.")
+	fs.StringVar(&o.reason, "reason", "", fmt.Sprintf("With --rollback: why (an incident, a ticket), at most %d characters; recorded on the claim, "+
+		"in its event and in the lock's audit.", buildlockv1.MaxRollbackReasonLength))
 	fs.DurationVar(&o.gracePeriod, "grace-period", 10*time.Second, "With -- CMD: how long CMD has to exit after SIGTERM when the claim stops holding or the plugin dies, before SIGKILL; "+
 		"less than half of --expires-after for a claim without a pod.")
 	return cmd
@@ -104,6 +114,10 @@ func (o *acquireOptions) Complete(cmd *cobra.Command, args []string) error {
 	fs, ci := cmd.Flags(), lock.DetectCI(o.f.env)
 	o.build.complete(fs, ci, o.f)
 	o.claim.Repo, o.claim.Branch, o.claim.Build, o.claim.RunID = o.build.repo, o.build.branch, o.build.build, o.build.runID
+	o.claim.Workflow = o.build.workflow
+	if err := o.completeRollback(fs.Changed("reason")); err != nil {
+		return err
+	}
 	o.claim.StateDir = o.build.stateDir
 	podFromEnv := !fs.Changed("pod") && ci.Pod != ""
 	if podFromEnv {
@@ -142,6 +156,20 @@ func (o *acquireOptions) Complete(cmd *cobra.Command, args []string) error {
 	}
 	if !fs.Changed("expires-after") && o.claim.PodName == "" && len(o.command) > 0 {
 		o.claim.ExpiresAfter = defaultCommandExpiresAfter
+	}
+	return nil
+}
+
+// completeRollback makes the claim a rollback with --rollback, which needs
+// --reason; reasonGiven says --reason was given.
+func (o *acquireOptions) completeRollback(reasonGiven bool) error {
+	switch {
+	case o.rollback && strings.TrimSpace(o.reason) == "":
+		return usagef("--rollback needs --reason: say why this build deploys again (an incident, a ticket); it is recorded")
+	case !o.rollback && reasonGiven:
+		return usagef("--reason goes with --rollback (force-release has a --reason of its own)")
+	case o.rollback:
+		o.claim.Rollback = &buildlockv1.Rollback{Reason: o.reason}
 	}
 	return nil
 }
@@ -251,9 +279,10 @@ func reportOutcome(stderr io.Writer, err error) error {
 		timeout  *lock.TimeoutError
 		hint     string
 	)
+	var superseded *lock.SupersededError
 	switch {
-	case errors.Is(err, lock.ErrSuperseded):
-		hint = "A newer build will deploy; stopping without deploying."
+	case errors.As(err, &superseded):
+		hint = supersededHint(superseded)
 	case errors.As(err, &ended) && ended.Reason != lock.ReasonDeleted:
 		hint = fmt.Sprintf("To try again, delete it first: kubectl buildlock release %s -n %s", ended.Name, ended.Namespace)
 	case errors.As(err, &otherRun):
@@ -266,6 +295,27 @@ func reportOutcome(stderr io.Writer, err error) error {
 	msg := err.Error()
 	fmt.Fprintln(stderr, strings.TrimSpace(strings.ToUpper(msg[:1])+msg[1:]+"\n"+hint))
 	return codeErr(exitCode(err))
+}
+
+// supersededHint says, truthfully for each reason, why this build stops
+// without deploying and what to do; the operator's message above names the
+// build that goes instead, or the one that already deployed.
+func supersededHint(e *lock.SupersededError) string {
+	const stopping = "Stopping without deploying (exit 3), so that the rest of this pipeline does not run for this build."
+	switch {
+	case e.Reason == buildlockv1.ReasonSupersededByNewerBuild && e.SupersededBy != "":
+		return "A newer build (BuildLock " + e.SupersededBy + ") deploys instead of this one. " + stopping
+	case e.Reason == buildlockv1.ReasonSupersededByNewerBuild:
+		return "A higher build of this line already deployed. " + stopping +
+			" To deploy this build again on purpose: kubectl buildlock acquire --rollback --reason \"...\"."
+	case e.Reason == buildlockv1.ReasonDuplicateBuild && e.SupersededBy != "":
+		return "Another run of this build (BuildLock " + e.SupersededBy + ") waits or holds: two runs of one build never deploy at once. " +
+			stopping + " Re-run this job once that run has ended, if it must deploy again."
+	case e.Reason == buildlockv1.ReasonDuplicateBuild:
+		return "This build already deployed, and the target's policy refuses re-runs. " + stopping +
+			" Deploy a new build, or roll back on purpose: --rollback --reason \"...\"."
+	}
+	return "This build may not deploy (the reason is above). " + stopping
 }
 
 // otherRunHint says what to do about a claim of another run, or of another

@@ -20,9 +20,9 @@ import (
 // buildFlags identify this build and this run, for acquire and release.
 // What they leave out comes from the CI variables.
 type buildFlags struct {
-	repo, branch string
-	build        int64
-	runID        string
+	repo, branch, workflow string
+	build                  int64
+	runID                  string
 	// stateDir is where this job keeps its claims' proofs: the CI system's
 	// job directory, else the temp directory.
 	stateDir string
@@ -35,6 +35,9 @@ func (b *buildFlags) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&b.repo, "repo", "", "The repository, owner/name (default: from CI variables).")
 	fs.StringVar(&b.branch, "branch", "", "The branch that was built (default: from CI variables).")
 	fs.Int64Var(&b.build, "build", 0, "The build number; higher is newer (default: from CI variables).")
+	fs.StringVar(&b.workflow, "workflow", "", "What the CI system numbers builds in, where that is less than the repository: builds of two workflows "+
+		"are never compared (default: $BUILDLOCK_WORKFLOW, else GitHub's GITHUB_WORKFLOW_REF without its @ref, the Jenkins job; "+
+		"see docs/pipelines.md).")
 	fs.StringVar(&b.runID, "run-id", "", "This job's run id: two jobs that share one must never share a claim, and a re-run never shares the first run's "+
 		"(default: $BUILDLOCK_RUN_ID, else from CI variables, else <user>@<host>; see docs/pipelines.md).")
 }
@@ -45,6 +48,7 @@ func (b *buildFlags) complete(fs *pflag.FlagSet, ci lock.CI, f *factory) {
 	defaultFrom(fs, "repo", &b.repo, ci.Repo)
 	defaultFrom(fs, "branch", &b.branch, ci.Branch)
 	defaultFrom(fs, "build", &b.build, ci.Build)
+	defaultFrom(fs, "workflow", &b.workflow, ci.Workflow)
 	defaultFrom(fs, "run-id", &b.runID, ci.RunID)
 	if !fs.Changed("run-id") && b.runID == "" {
 		b.runID, b.localRunID = f.localRunID(), true

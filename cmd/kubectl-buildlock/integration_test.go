@@ -121,8 +121,8 @@ func TestANewerBuildSupersedesAWaitingOlderOne(t *testing.T) {
 	if code := older.wait(t, 30*time.Second); code != exitSuperseded {
 		t.Fatalf("the older build exited %d, want %d; stderr:\n%s", code, exitSuperseded, older.stderr)
 	}
-	if !strings.Contains(older.stderr.String(), "A newer build will deploy") {
-		t.Errorf("the older build's stderr does not say a newer build will deploy:\n%s", older.stderr)
+	if !strings.Contains(older.stderr.String(), "A newer build (BuildLock acme-shop-main-6-staging) deploys instead of this one.") {
+		t.Errorf("the older build's stderr does not name the newer build that deploys instead:\n%s", older.stderr)
 	}
 	if _, ran := f.helperRun("older"); ran {
 		t.Error("the superseded build ran its command")

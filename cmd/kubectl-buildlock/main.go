@@ -65,7 +65,8 @@ const exitCodesHelp = `Exit codes:
   0         done; acquire: the lock is held (with -- CMD: CMD's exit code, after releasing)
   1         error (API server, permissions, no operator, no holder to force-release, ...)
   2         usage error (flags; a missing or invalid repo, branch or build; a bad --reason)
-  3         superseded: a newer build will deploy; stop without deploying (not a failure)
+  3         superseded: this build must not deploy (a newer one goes instead, a higher one already
+            deployed, another run of it holds, ...: the message says which); stop without deploying
   4         timed out waiting (--timeout); the claim was deleted
   5         the claim ended before it held, or stopped holding while CMD ran (CMD stopped)
   6         another run of this build, or another job with this run id, has a claim in the

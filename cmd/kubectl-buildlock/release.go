@@ -95,7 +95,7 @@ func (o *releaseOptions) Run(ctx context.Context) error {
 		}
 		b := o.build
 		released, others, err = lock.ReleaseBuild(ctx, c, lock.BuildRef{
-			Namespace: o.namespace, Target: o.target, Repo: b.repo, Branch: b.branch, Build: b.build,
+			Namespace: o.namespace, Target: o.target, Repo: b.repo, Branch: b.branch, Workflow: b.workflow, Build: b.build,
 			RunID: b.runID, PodUID: o.podUID, StateDir: b.stateDir})
 		if len(released)+len(others) == 0 && err == nil {
 			fmt.Fprintf(o.f.streams.ErrOut, "No claim of build %d of %s@%s on %s in %s; nothing to release.\n", b.build, b.repo, b.branch, o.target, o.namespace)

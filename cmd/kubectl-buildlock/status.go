@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"path"
 	"slices"
 	"strconv"
 	"time"
@@ -22,9 +23,11 @@ import (
 
 const statusLong = `Show each lock (a target in a namespace): its ordering (from the BuildLockPolicy
 named after the target, NewestWins without one), its holder with the fencing
-token, and its queue in order (1 is next). -o json, yaml, jsonpath and go-template
-print the summaries as a LockStatusList (items: namespace, target, ordering,
-holder, queue, claims); -o name prints the BuildLocks that hold and wait.
+token, and its queue in order (1 is next); then the last force-releases,
+rollbacks and overrides, with who and why, that the lock's grant record keeps
+after their claims are gone. -o json, yaml, jsonpath and go-template print the
+summaries as a LockStatusList (items: namespace, target, ordering, holder,
+queue, claims, audit); -o name prints the BuildLocks that hold and wait.
 
 --watch (-w) prints them again whenever a claim changes them, until
 interrupted, as kubectl get --watch does.
@@ -113,7 +116,47 @@ func (o *statusOptions) show(locks []lock.Summary) error {
 		fmt.Fprintf(o.f.streams.ErrOut, "No BuildLocks found %s.\n", where)
 		return nil
 	}
-	return printTable(out, locks, o.allNamespaces, *o.print.OutputFormat == "wide", time.Now())
+	if err := printTable(out, locks, o.allNamespaces, *o.print.OutputFormat == "wide", time.Now()); err != nil {
+		return err
+	}
+	return printAudit(out, locks, o.allNamespaces)
+}
+
+// printAudit prints the locks' audits, newest first, under a heading:
+// TARGET, AT, WHAT (ForceRelease, Rollback, Override), NAME, BUILD, TOKEN,
+// BY (as the API server verified them; <unverified> when nothing did) and
+// WHY; NAMESPACE first for all namespaces. Nothing when no lock has one.
+func printAudit(w io.Writer, locks []lock.Summary, withNamespace bool) error {
+	table := &metav1.Table{}
+	for _, name := range []string{"Namespace", "Target", "At", "What", "Name", "Build", "Token", "By", "Why"} {
+		table.ColumnDefinitions = append(table.ColumnDefinitions, metav1.TableColumnDefinition{Name: name})
+	}
+	if !withNamespace {
+		table.ColumnDefinitions = table.ColumnDefinitions[1:]
+	}
+	for _, l := range locks {
+		for k := len(l.Audit) - 1; k >= 0; k-- {
+			e := l.Audit[k]
+			build := buildOf(&lock.ClaimSummary{Repo: e.Repo, Branch: e.Branch, Workflow: e.Workflow, Build: e.Build})
+			switch {
+			case e.Kind == buildlockv1.AuditRollback && e.From != 0:
+				build += fmt.Sprintf(" (from #%d)", e.From)
+			case e.Kind == buildlockv1.AuditOverride && e.Owner != "":
+				build += " (line of " + e.Owner + ")"
+			}
+			cells := []any{l.Namespace, l.Target, e.At.UTC().Format(time.RFC3339), e.Kind, e.Name, build,
+				strconv.FormatInt(e.Token, 10), cmp.Or(e.By, "<unverified>"), strconv.Quote(e.Reason)}
+			if !withNamespace {
+				cells = cells[1:]
+			}
+			table.Rows = append(table.Rows, metav1.TableRow{Cells: cells})
+		}
+	}
+	if len(table.Rows) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w, "\nForce-releases, rollbacks and overrides, newest first (the grant record keeps the last few):")
+	return printers.NewTablePrinter(printers.PrintOptions{}).PrintObj(table, w)
 }
 
 // lockStatusList is what status prints with -o json, yaml, jsonpath and
@@ -215,9 +258,17 @@ func age(since *metav1.MicroTime, created metav1.Time, now time.Time) string {
 	return duration.HumanDuration(now.Sub(t))
 }
 
-// buildOf names a claim's build: acme/shop@main #42.
+// buildOf names a claim's build: acme/shop@main #42, and the last part of
+// its workflow for a claim of one: acme/shop@main #12 (hotfix.yml).
 func buildOf(c *lock.ClaimSummary) string {
-	return fmt.Sprintf("%s@%s #%d", c.Repo, c.Branch, c.Build)
+	s := fmt.Sprintf("%s@%s #%d", c.Repo, c.Branch, c.Build)
+	if c.Workflow != "" {
+		s += " (" + path.Base(c.Workflow) + ")"
+	}
+	if c.Rollback != nil {
+		s += " rollback"
+	}
+	return s
 }
 
 // describeLock says who holds a lock and how many wait, for completions.

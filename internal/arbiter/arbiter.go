@@ -22,6 +22,7 @@ const (
 	ReasonDeleted                = "Deleted"
 	ReasonLineOwnedByOther       = "LineOwnedByOther"
 	ReasonBuildJumpTooLarge      = "BuildJumpTooLarge"
+	ReasonRollbackNotAllowed     = "RollbackNotAllowed"
 )
 
 // Values the arbiter shares with the API (api/v1alpha1); a test keeps them
@@ -123,6 +124,9 @@ type decider struct {
 	// ahead[i] is the claim directly ahead of queued claim i (none: the
 	// holder is).
 	ahead []int
+
+	// memory is the line memory rule 3 judged by (rememberedLines).
+	memory map[line]*LineRecord
 
 	repair     string // what rule 11 restored of the input record ("" if nothing)
 	granted    int    // the claim the (restored) grant names, or none.
@@ -288,32 +292,40 @@ func podEndReason(s PodState) string {
 	return ""
 }
 
-// line is a claim's repository and branch: builds of one line replace each
-// other.
-type line struct{ repo, branch string }
+// line is a claim's repository, branch and workflow: builds of one line
+// replace each other.
+type line struct{ repo, branch, workflow string }
 
-func lineOf(c Claim) line { return line{c.Repo, c.Branch} }
+func lineOf(c Claim) line { return line{c.Repo, c.Branch, c.Workflow} }
 
-// supersedeBackwards applies rule 3: a candidate at or below the live
-// holder's build of its line, or a build of its line that the grant record
-// remembers holding, is Superseded; so is one whose line another service
-// account owns, and one that jumps too far above its line's memory. It
-// returns the others.
+// supersedeBackwards applies rule 3: a rollback its policy does not allow
+// is Superseded; so is a candidate of the live holder's build of its line,
+// or below it, and a candidate below the highest build of its line that the
+// grant record remembers holding since the line's last rollback (at it, when
+// the policy refuses re-runs), unless it is a rollback; so is one whose line
+// another service account owns, and one that jumps too far above its line's
+// memory. It returns the others.
 func (d *decider) supersedeBackwards(candidates []int) []int {
-	memory := d.rememberedLines()
+	d.memory = d.rememberedLines()
 	out := candidates[:0:0]
 	for _, i := range candidates {
 		c := d.claims[i]
-		if h := d.liveHolder; h != none && lineOf(*d.claims[h]) == lineOf(*c) && c.Build <= d.claims[h].Build {
+		if c.Rollback && !d.mayRollBack(c) {
+			d.verdicts[i].Phase, d.verdicts[i].Reason = Superseded, ReasonRollbackNotAllowed
+			continue
+		}
+		if h := d.liveHolder; h != none && lineOf(*d.claims[h]) == lineOf(*c) && behind(c, d.claims[h].Build) {
 			d.supersede(i, h, inLineReason(c.Build, d.claims[h].Build))
 			continue
 		}
-		r, remembered := memory[lineOf(*c)]
+		r, remembered := d.memory[lineOf(*c)]
 		reason := ""
 		switch {
 		case !remembered:
-		case c.Build <= r.Build:
-			reason = inLineReason(c.Build, r.Build)
+		case !c.Rollback && c.Build < r.Build:
+			reason = ReasonSupersededByNewerBuild
+		case !c.Rollback && c.Build == r.Build && d.policy.RefuseReruns:
+			reason = ReasonDuplicateBuild
 		case ownedByOther(r, c):
 			reason = ReasonLineOwnedByOther
 		case !isPerson(c) && c.Build-r.Build > d.maxBuildJump():
@@ -327,6 +339,27 @@ func (d *decider) supersedeBackwards(candidates []int) []int {
 		out = append(out, i)
 	}
 	return out
+}
+
+// behind reports whether claim c must give way to a build of its line that
+// holds or waits ahead of it: it is the same build (two runs of one build
+// never go at once), or a lower one and no rollback.
+func behind(c *Claim, ahead int64) bool {
+	return c.Build == ahead || (c.Build < ahead && !c.Rollback)
+}
+
+// mayRollBack reports whether the policy lets claim c, a rollback, go
+// below its line's memory: anyone's, a person's only (an identity the API
+// server verified that is not a pipeline's: an unverified one fails
+// closed), or nobody's.
+func (d *decider) mayRollBack(c *Claim) bool {
+	switch d.policy.Rollbacks {
+	case RollbacksNobody:
+		return false
+	case RollbacksPeopleOnly:
+		return isPerson(c)
+	}
+	return true
 }
 
 // ownedByOther reports whether line record r binds its line to a pipeline
@@ -449,20 +482,37 @@ func (d *decider) queueByLine(candidates []int) []int {
 }
 
 // queueByArrival applies Fifo (rule 5): every candidate in the order of its
-// place, except a build at or below one of its line ahead of it.
+// place, except a build that must give way (behind) to one of its line ahead
+// of it: another run of the same build, or a higher build (unless it is a
+// rollback). A rollback queued ahead does not lower the builds behind it:
+// they are judged as the line's memory will judge them when they are next.
 func (d *decider) queueByArrival(candidates []int) []int {
 	ordered := slices.Clone(candidates)
 	d.placeAll(ordered)
 	d.sortByPlace(ordered)
-	highest := make(map[line]int) // the highest build of each line ahead so far
+	type lineBuild struct {
+		l     line
+		build int64
+	}
+	first := make(map[lineBuild]int) // the first claim of each build ahead
+	highest := make(map[line]int)    // the highest build of each line ahead
 	survivors := ordered[:0]
 	for _, i := range ordered {
-		l := lineOf(*d.claims[i])
-		if j, ok := highest[l]; ok && d.claims[j].Build >= d.claims[i].Build {
-			d.supersede(i, j, inLineReason(d.claims[i].Build, d.claims[j].Build))
+		c := d.claims[i]
+		l := lineOf(*c)
+		if j, ok := first[lineBuild{l, c.Build}]; ok {
+			d.supersede(i, j, ReasonDuplicateBuild)
 			continue
 		}
-		highest[l] = i
+		j, ok := highest[l]
+		if ok && behind(c, d.claims[j].Build) {
+			d.supersede(i, j, ReasonSupersededByNewerBuild)
+			continue
+		}
+		if !ok || c.Build > d.claims[j].Build {
+			highest[l] = i
+		}
+		first[lineBuild{l, c.Build}] = i
 		survivors = append(survivors, i)
 	}
 	return survivors
@@ -546,17 +596,16 @@ func (d *decider) grantAndQueue(ranked []int) {
 // bindLine applies rule 3 to the claims ranked behind claim h, granted in
 // this decision, as the grant's record of h's build will: a claim of h's
 // line (Fifo queues several) that h's line record would refuse (another
-// service account's, or a jump too far above h's build) is Superseded now,
+// pipeline's, or a jump too far above h's build) is Superseded now,
 // so that the decision is a fixed point. It returns the others.
 func (d *decider) bindLine(h int, ranked []int) []int {
-	held := d.claims[h]
-	r := new(recordOf(held, d.now))
+	r := new(heldRecord(d.claims[h], d.now))
 	out := ranked[:0]
 	for _, i := range ranked {
 		c := d.claims[i]
 		reason := ""
 		switch {
-		case lineOf(*c) != lineOf(*held):
+		case lineOf(*c) != lineOf(*d.claims[h]):
 		case ownedByOther(r, c):
 			reason = ReasonLineOwnedByOther
 		case !isPerson(c) && c.Build-r.Build > d.maxBuildJump():
@@ -610,13 +659,14 @@ func (d *decider) decision() Decision {
 		}
 	case d.newHolder != none:
 		c := d.claims[d.newHolder]
-		out.Grant = Grant{Holder: c.Name, HolderUID: c.UID, Token: d.maxToken() + 1, AcquiredAt: d.now,
-			Lines: d.recordLine(c), Ended: d.endedHold(), Writer: c.Writer, Floor: floor}
+		token := d.maxToken() + 1
+		out.Grant = Grant{Holder: c.Name, HolderUID: c.UID, Token: token, AcquiredAt: d.now,
+			Lines: d.recordLine(c), Ended: d.endedHold(), Writer: c.Writer, Audit: d.audit(c, token), Floor: floor}
 		out.GrantChanged = true
 	case d.grant.Holder != "":
 		// The holder ended or vanished and nobody takes over: free the lock,
-		// keeping the token floor and the memory of the lines.
-		out.Grant = Grant{Token: d.maxToken(), Lines: d.recordLine(nil), Ended: d.endedHold(), Floor: floor}
+		// keeping the token floor, the memory of the lines and the audit.
+		out.Grant = Grant{Token: d.maxToken(), Lines: d.recordLine(nil), Ended: d.endedHold(), Audit: d.audit(nil, 0), Floor: floor}
 		out.GrantChanged = true
 	case d.grant.Absent:
 		// No record, and nobody holds: write one only to keep the memory of

@@ -603,19 +603,21 @@ func TestMessages(t *testing.T) {
 		},
 		"a build superseded by one that waits is told so": {
 			claims: []Claim{held(web5, 7), waiting(shop42), shop43}, grant: webHolds, claim: "shop-42",
-			want: "Build 43 of acme/shop@main is newer and waits for staging; this build will not deploy.",
+			want: "Build 43 of acme/shop@main is newer and waits for staging: it deploys instead, and this build will not. Stop this pipeline.",
 		},
 		"a build superseded by the holder is told so": {
 			claims: []Claim{held(web5, 7), claim("web-4", web, 4, 1)}, grant: webHolds, claim: "web-4",
-			want: "Build 5 of acme/web@main is newer and holds staging; this build will not deploy.",
+			want: "Build 5 of acme/web@main is newer and holds staging: it deploys instead, and this build will not. Stop this pipeline.",
 		},
-		"a build superseded by one that lost the slot is told so": {
+		"a build superseded by one that lost the slot in turn is told which build goes instead": {
 			claims: []Claim{held(web5, 7), shop42, shop43, claim("dev-7", shopDev, 7, 50)}, grant: webHolds, claim: "shop-42",
-			want: "Build 43 of acme/shop@main is newer; this build will not deploy.",
+			want: "Build 43 of acme/shop@main is newer, and gave way in turn to build 7 of acme/shop@dev, which waits for staging: " +
+				"this build will not deploy either. Stop this pipeline.",
 		},
-		"a duplicate is told which BuildLock was first": {
+		"a run of the holder's build is told that another run of it holds, and when to re-run": {
 			claims: []Claim{held(web5, 7), claim("web-5-retry", web, 5, 40)}, grant: webHolds, claim: "web-5-retry",
-			want: "Build 5 of acme/web@main is already claimed by BuildLock web-5; this duplicate will not deploy.",
+			want: "Build 5 of acme/web@main holds staging as BuildLock web-5, another run of the same build: two runs of one build " +
+				"never deploy at once, so this one will not. Stop this run; re-run it once that one has ended, if it must deploy again.",
 		},
 		"a holder whose pod finished is released": {
 			claims: []Claim{withPod(held(web5, 7), PodFinished)}, grant: webHolds, claim: "web-5",

@@ -25,7 +25,7 @@
 // rules 1–3 and 6–11 hold in every ordering.
 //
 //   - NewestWins (the default, also for ""): one waiting slot for the whole
-//     lock. Within a line (Repo+Branch) only the newest build stays in the
+//     lock. Within a line (Repo+Branch+Workflow) only the newest build stays in the
 //     running; across lines the newest build by [OrderTime] takes the slot
 //     and every other gives up. Right for a GitOps environment repository,
 //     where each build carries the whole desired state.
@@ -70,21 +70,35 @@
 //     is free for this decision. Newer builds never take the lock from a
 //     live holder.
 //  3. Never backwards, and lines belong to identities. A line is
-//     Repo+Branch. A Pending or Waiting claim left by rules 1, 2 and 7 whose
-//     build is at or below the live holder's build of its line is
-//     Superseded by the holder (DuplicateBuild for the same number, else
-//     SupersededByNewerBuild); likewise, with no claim named, when it is at
-//     or below the line's remembered build: the highest build of the line
-//     granted within Policy.LineMemory, by the grant record (Grant.Lines)
-//     or by a claim (one whose status shows a token and an acquire time, or
-//     the one the grant names). A claim above it is Superseded, with no
-//     claim named, when the line's remembered build was granted to a
-//     service account (LineRecord.Owner; see IsServiceAccount) and the
-//     claim's Identity is another service account (LineOwnedByOther): a
-//     line belongs to the service account that holds it; or, unless its
-//     Identity is a person's, when its build is more than
-//     Policy.MaxBuildJump above the remembered one (BuildJumpTooLarge). A
-//     claim with no Identity (unverified) is bound by the jump only. The
+//     Repo+Branch+Workflow (Workflow is what the CI system numbers builds
+//     in; claims without one are of the line of Repo and Branch). A rollback
+//     (Claim.Rollback) that Policy.Rollbacks does not allow from its
+//     Identity is Superseded (RollbackNotAllowed): RollbacksPeopleOnly
+//     allows a verified Identity that is not a pipeline's only, so an
+//     unverified one fails closed. A Pending or Waiting claim left by rules
+//     1, 2 and 7 of the live holder's build of its line is Superseded by
+//     the holder (DuplicateBuild: two runs of one build never go at once),
+//     and one below it too (SupersededByNewerBuild), unless it is a
+//     rollback. Likewise, with no claim named, a claim that is not a
+//     rollback below the line's remembered build (SupersededByNewerBuild),
+//     or at it while Policy.RefuseReruns (DuplicateBuild): the highest build
+//     of the line granted within Policy.LineMemory since the line's last
+//     rollback, by the grant record (Grant.Lines; LineRecord.Since is that
+//     rollback) or by a claim (one whose status shows a token and an
+//     acquire time, or the one the grant names; a rollback's rolled its
+//     line back when granted). So a re-run of the build that held last (the
+//     same number, another claim) is granted like any build once the
+//     earlier run's claim has ended, unless a higher build of the line held
+//     since. A claim that is not refused so is Superseded, with no claim
+//     named, when the line's remembered build was granted to a pipeline
+//     (LineRecord.Owner; see IsPipeline: a service account or a CI
+//     identity) and the claim's Identity is another pipeline
+//     (LineOwnedByOther): a line belongs to the pipeline that holds it; or, unless its Identity
+//     is a person's, when its build is more than Policy.MaxBuildJump above
+//     the remembered one (BuildJumpTooLarge). A claim with no Identity
+//     (unverified) is bound by the jump only. A rollback is exempt from
+//     "never backwards" and from nothing else: the line's owner, the jump,
+//     one holder, no pre-emption and the ordering bind it as any claim. The
 //     others are candidates. Rule 6 applies the same to claims queued
 //     behind a new holder of their line (Fifo), as its record will.
 //  4. Newest of a line. With NewestWins and Queue, among the candidates of
@@ -92,10 +106,14 @@
 //     (SupersededByNewerBuild) by the survivor. Of equal builds the earliest
 //     keeps its place (the one already Waiting, then the earlier Created,
 //     then the smaller Name) and the others are Superseded (DuplicateBuild)
-//     by it. With Queue the survivor takes the earliest place that a claim
-//     of its line had. With Fifo, candidates are taken in the order of their
-//     places, and one at or below a build of its line ahead of it is
-//     Superseded by that build (DuplicateBuild or SupersededByNewerBuild).
+//     by it. A rollback ranks by its build like any claim: a higher build
+//     of its line that waits supersedes it. With Queue the survivor takes
+//     the earliest place that a claim of its line had. With Fifo, candidates
+//     are taken in the order of their places, and one of the same build as
+//     a claim of its line ahead of it is Superseded by that claim
+//     (DuplicateBuild), and one below the highest build of its line ahead
+//     (SupersededByNewerBuild) unless it is a rollback; a rollback ahead
+//     lowers nothing for the claims behind it.
 //  5. Ranking. NewestWins ranks the survivors by [Newer]; Queue and Fifo by
 //     place (QueuedAt; a claim without one joins at now), and claims that
 //     join in the same decision by [OrderTime], then Created, then identity.
@@ -110,8 +128,13 @@
 //     operator knows was issued besides), so that a token is never reused
 //     even if the grant record was lost. A freed lock keeps that highest
 //     token as its floor. The grant records the granted build in Lines
-//     (with the new holder's Identity as its Owner), how the previous hold
-//     ended in Ended, and the new holder's Writer. Lines keeps every line it
+//     (with the new holder's Identity as its Owner; a rollback's build
+//     replaces its line's record, whatever it was, and sets its Since), how
+//     the previous hold ended in Ended, and the new holder's Writer; and it
+//     appends to Audit what must outlive the claims: a hold that ended
+//     because a person force-released it, and a grant to a rollback or to a
+//     person's claim that rule 3 would have refused a pipeline (an
+//     override), keeping the newest MaxAuditEntries. Lines keeps every line it
 //     had that still counts, raised to what the claims show; a line gets a
 //     new record only while the records stay within LineMemoryBytes, and
 //     their owner's within LineMemoryBytesPerOwner: no record is ever

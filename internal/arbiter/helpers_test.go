@@ -207,8 +207,32 @@ func genInput(ch chooser) input {
 		in.grant = Grant{Absent: true, Token: in.grant.Token, Floor: in.grant.Floor}
 	}
 	in.policy.MaxBuildJump = []int64{0, 2, 4}[ch.intn(3)]
+	// Workflows, re-runs and rollbacks (choices added after those above).
+	for k := range in.claims {
+		c := &in.claims[k]
+		if ch.intn(6) == 1 {
+			c.Workflow = "hotfix.yml"
+		}
+		if ch.intn(6) == 1 {
+			c.Rollback, c.RollbackReason = true, "INC-7: build 6 broke checkout"
+		}
+	}
+	for k := range in.grant.Lines {
+		r := &in.grant.Lines[k]
+		if ch.intn(6) == 1 {
+			r.Workflow = "hotfix.yml"
+		}
+		if ch.intn(4) == 1 {
+			r.Since = r.HeldAt.Add(-time.Duration(ch.intn(2)) * time.Minute)
+		}
+	}
+	in.policy.RefuseReruns = ch.intn(3) == 1
+	in.policy.Rollbacks = genRollbacks[ch.intn(len(genRollbacks))]
 	return in
 }
+
+// genRollbacks are the policies on rollbacks.
+var genRollbacks = []Rollbacks{"", RollbacksAnyone, RollbacksPeopleOnly, RollbacksNobody}
 
 // genIdentities are the identities the generator gives claims: unknown, two
 // service accounts, a person, and a CI identity (genCIIdentity).
@@ -226,7 +250,7 @@ func genPipeline(identity string) bool { return IsPipeline(identity, genCIIdenti
 var validReasons = map[Phase][]string{
 	Held:       {ReasonAcquired},
 	Waiting:    {ReasonWaitingForHolder, ReasonQueued},
-	Superseded: {ReasonSupersededByNewerBuild, ReasonDuplicateBuild, ReasonLineOwnedByOther, ReasonBuildJumpTooLarge},
+	Superseded: {ReasonSupersededByNewerBuild, ReasonDuplicateBuild, ReasonLineOwnedByOther, ReasonBuildJumpTooLarge, ReasonRollbackNotAllowed},
 	Released:   {ReasonPodFinished, ReasonPodGone, ReasonLockLost, ReasonForceReleased, ReasonDeleted},
 	Expired:    {ReasonExpired, ReasonMaxHoldExceeded},
 }
@@ -296,9 +320,13 @@ func holdIsLive(c Claim, g Grant, now time.Time, p Policy) bool {
 }
 
 // remembered returns the highest build of c's line that the grant record,
-// or the claims, remember holding at now (0 if none), and its owner: a
-// claim held if its status has a token and an acquire time, or if the
-// record names it.
+// or the claims, remember holding at now since the line's last rollback (0
+// if none), and its owner: a claim held (at its acquire time) if its status
+// has a token and an acquire time, or (at the record's, which counts while
+// its hold goes on) if the record names it; a rollback's hold rolled its
+// line back when it was granted, and builds granted before no longer count.
+// Of equal builds the later grant is the line's (and of one instant, the
+// greater owner).
 func remembered(g Grant, claims []Claim, c Claim, now time.Time, p Policy) (int64, string) {
 	memory := p.LineMemory
 	if memory <= 0 {
@@ -306,23 +334,75 @@ func remembered(g Grant, claims []Claim, c Claim, now time.Time, p Policy) (int6
 	}
 	records := slices.Clone(g.Lines)
 	for _, h := range claims {
+		var heldAt time.Time
+		named := !h.Phase.IsTerminal() && g.Holder != "" && h.Name == g.Holder && h.UID == g.HolderUID
 		switch {
-		case !h.Phase.IsTerminal() && g.Holder != "" && h.Name == g.Holder && h.UID == g.HolderUID:
-			records = append(records, LineRecord{Repo: h.Repo, Branch: h.Branch, Build: h.Build, HeldAt: g.AcquiredAt, Owner: h.Identity})
+		case named && holdIsLive(h, g, now, p):
+			heldAt = g.AcquiredAt
 		case h.FencingToken > 0 && !h.AcquiredAt.IsZero():
-			records = append(records, LineRecord{Repo: h.Repo, Branch: h.Branch, Build: h.Build, HeldAt: h.AcquiredAt, Owner: h.Identity})
+			heldAt = h.AcquiredAt
+		case named:
+			heldAt = g.AcquiredAt
+		default:
+			continue
+		}
+		r := LineRecord{Repo: h.Repo, Branch: h.Branch, Workflow: h.Workflow, Build: h.Build, HeldAt: heldAt, Owner: h.Identity}
+		if h.Rollback {
+			r.Since = heldAt
+		}
+		records = append(records, r)
+	}
+	ofLine := func(r LineRecord) bool {
+		return r.Repo == c.Repo && r.Branch == c.Branch && r.Workflow == c.Workflow && now.Before(r.HeldAt.Add(memory))
+	}
+	var since time.Time // the line's last rollback, never after now
+	for _, r := range records {
+		if ofLine(r) && r.Since.After(since) && !r.Since.After(now) {
+			since = r.Since
 		}
 	}
-	// Of two records of one build, the later counts: its owner is the
-	// line's.
-	var best LineRecord
-	for _, r := range records {
-		if r.Repo == c.Repo && r.Branch == c.Branch && now.Before(r.HeldAt.Add(memory)) &&
-			(r.Build > best.Build || r.Build == best.Build && r.HeldAt.After(best.HeldAt)) {
-			best = r
+	// A build granted at the very instant of the rollback is not after it,
+	// and a grant cannot have been after now.
+	after := func(r LineRecord) bool {
+		heldAt := r.HeldAt
+		if heldAt.After(now) {
+			heldAt = now
 		}
+		return since.IsZero() || heldAt.After(since) || heldAt.Equal(since) && r.Since.Equal(since)
+	}
+	var best *LineRecord
+	for k, r := range records {
+		if !ofLine(r) || !after(r) {
+			continue
+		}
+		if best == nil || r.Build > best.Build || r.Build == best.Build &&
+			(r.HeldAt.After(best.HeldAt) || r.HeldAt.Equal(best.HeldAt) && r.Owner > best.Owner) {
+			best = &records[k]
+		}
+	}
+	if best == nil {
+		return 0, ""
 	}
 	return best.Build, best.Owner
+}
+
+// mayRollBack restates who may roll back under policy p: anyone, a
+// verified identity that is not a pipeline's, or nobody.
+func mayRollBack(p Policy, c Claim) bool {
+	switch p.Rollbacks {
+	case RollbacksNobody:
+		return false
+	case RollbacksPeopleOnly:
+		return c.Identity != "" && !genPipeline(c.Identity)
+	}
+	return true
+}
+
+// refusedByMemory reports whether a line's memory of build r refuses claim
+// c as going backwards: a lower build, or (re-runs refused) the same one;
+// a rollback never is.
+func refusedByMemory(p Policy, c Claim, r int64) bool {
+	return !c.Rollback && (r > c.Build || r == c.Build && p.RefuseReruns)
 }
 
 // queuing reports whether the policy queues every survivor (Queue, Fifo).
@@ -490,7 +570,14 @@ func checkInvariants(in input, d Decision) error {
 		fail("the grant's line memory takes %d bytes", size)
 	}
 	if d.GrantChanged {
+		rolledBack := ""
+		if h := slices.IndexFunc(in.claims, func(c Claim) bool { return c.Name == d.Holder }); h >= 0 && in.claims[h].Rollback {
+			rolledBack = in.claims[h].Name // its grant lowers its line's memory, on purpose
+		}
 		for _, c := range in.claims {
+			if rolledBack != "" && lineOf(c) == lineOf(in.claims[slices.IndexFunc(in.claims, func(c Claim) bool { return c.Name == rolledBack })]) {
+				continue
+			}
 			before, _ := remembered(restored, in.claims, c, in.now, in.policy)
 			if after, _ := remembered(d.Grant, nil, c, in.now, in.policy); after < before {
 				fail("the grant forgot build %d of %s@%s (remembers %d)", before, c.Repo, c.Branch, after)
@@ -575,13 +662,17 @@ func checkSupersessions(in input, d Decision, fail func(string, ...any)) {
 		refuses := func(r int64, owner string) bool {
 			switch v.Reason {
 			case ReasonLineOwnedByOther:
-				return r < c.Build && genPipeline(owner) && genPipeline(c.Identity) && owner != c.Identity
+				return r > 0 && !refusedByMemory(in.policy, c, r) && genPipeline(owner) && genPipeline(c.Identity) && owner != c.Identity
 			case ReasonBuildJumpTooLarge:
 				return r > 0 && c.Build-r > jump && (c.Identity == "" || genPipeline(c.Identity))
 			}
 			return false
 		}
 		switch {
+		case v.Reason == ReasonRollbackNotAllowed:
+			if v.SupersededBy != "" || !c.Rollback || mayRollBack(in.policy, c) {
+				fail("%s: refused as a rollback (rollback %v, identity %q) under rollbacks %q", c.Name, c.Rollback, c.Identity, in.policy.Rollbacks)
+			}
 		case v.Reason == ReasonLineOwnedByOther || v.Reason == ReasonBuildJumpTooLarge:
 			h := inputs[d.Holder]
 			byNewHold := newHold && lineOf(h) == lineOf(c) && refuses(h.Build, h.Identity)
@@ -589,8 +680,9 @@ func checkSupersessions(in input, d Decision, fail func(string, ...any)) {
 				fail("%s: build %d of %q refused (%s); the memory has build %d of %q", c.Name, c.Build, c.Identity, v.Reason, r, owner)
 			}
 		case v.SupersededBy == "":
-			if r < c.Build || (r == c.Build) != (v.Reason == ReasonDuplicateBuild) {
-				fail("%s: build %d superseded by the grant record, which remembers build %d (%s)", c.Name, c.Build, r, v.Reason)
+			if !refusedByMemory(in.policy, c, r) || (r == c.Build) != (v.Reason == ReasonDuplicateBuild) {
+				fail("%s: build %d (rollback %v) superseded by the grant record, which remembers build %d (%s, refuse re-runs %v)",
+					c.Name, c.Build, c.Rollback, r, v.Reason, in.policy.RefuseReruns)
 			}
 		case lineOf(c) == lineOf(by):
 			if by.Build < c.Build || (by.Build == c.Build) != (v.Reason == ReasonDuplicateBuild) {
@@ -607,7 +699,9 @@ func checkSupersessions(in input, d Decision, fail func(string, ...any)) {
 	}
 	// Never backwards: the holder and the waiting claims of each line, in
 	// the order they go, have strictly increasing builds above every build of
-	// the line the grant record remembers.
+	// the line the grant record remembers (or equal to it, a re-run, when
+	// the policy allows), but for rollbacks, which go below (and lower
+	// nothing for the builds behind them); and never two of the same build.
 	var goes []Verdict
 	for _, v := range d.Verdicts {
 		if v.Phase == Held || v.Phase == Waiting {
@@ -630,17 +724,22 @@ func checkSupersessions(in input, d Decision, fail func(string, ...any)) {
 			last[lineOf(c)] = c.Build
 			continue
 		}
-		if b, ok := last[lineOf(c)]; ok && b >= c.Build {
-			fail("%s: build %d goes after build %d of its line", c.Name, c.Build, b)
+		if b, ok := last[lineOf(c)]; ok && (b == c.Build || b > c.Build && !c.Rollback) {
+			fail("%s: build %d (rollback %v) goes after build %d of its line", c.Name, c.Build, c.Rollback, b)
 		}
 		r, owner := remembered(restored, in.claims, c, in.now, in.policy)
-		if r >= c.Build {
-			fail("%s: build %d goes although build %d of its line held", c.Name, c.Build, r)
+		if refusedByMemory(in.policy, c, r) {
+			fail("%s: build %d goes although build %d of its line held (refuse re-runs %v)", c.Name, c.Build, r, in.policy.RefuseReruns)
+		}
+		if c.Rollback && !mayRollBack(in.policy, c) {
+			fail("%s: a rollback goes as %q under rollbacks %q", c.Name, c.Identity, in.policy.Rollbacks)
 		}
 		if r > 0 && genPipeline(owner) && genPipeline(c.Identity) && owner != c.Identity {
 			fail("%s: goes as %s on a line %s holds", c.Name, c.Identity, owner)
 		}
-		last[lineOf(c)] = c.Build
+		// A rollback goes after a higher build, which stays the line's
+		// highest for the builds behind.
+		last[lineOf(c)] = max(last[lineOf(c)], c.Build)
 	}
 }
 

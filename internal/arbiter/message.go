@@ -34,6 +34,8 @@ func (d *decider) message(i int, grant Grant) string {
 		return w.done(".")
 	case ReasonSupersededByNewerBuild, ReasonDuplicateBuild:
 		return d.supersededMessage(i)
+	case ReasonRollbackNotAllowed:
+		return d.rollbackRefusedMessage(c)
 	case ReasonLineOwnedByOther:
 		r := d.byMemory[i]
 		return fmt.Sprintf("%s will not deploy: its line belongs to %s, which held %s with build %d at %s, and this "+
@@ -84,49 +86,106 @@ func (d *decider) message(i int, grant Grant) string {
 	return "" // Rule 8: a terminal claim keeps its stored message.
 }
 
-// heldMessage tells the holder to deploy, and until when it may.
+// heldMessage tells the holder to deploy, and until when it may; a
+// rollback is told that it holds as one.
 func (d *decider) heldMessage(c *Claim, v *Verdict, grant Grant) string {
 	_, reason := holdDeadline(c, grant.AcquiredAt, d.now, d.policy.MaxHold)
+	holding := fmt.Sprintf("Holding %s with fencing token %d", d.lock.Target, grant.Token)
+	if c.Rollback {
+		holding += fmt.Sprintf(", as a rollback of %s@%s to build %d (%s)", c.Repo, printable(c.Branch), c.Build, quote(c.RollbackReason))
+	}
 	switch {
 	case v.ExpiresAt.IsZero():
-		return fmt.Sprintf("Holding %s with fencing token %d; deploy now and delete this BuildLock when done.",
-			d.lock.Target, grant.Token)
+		return holding + "; deploy now and delete this BuildLock when done."
 	case reason == ReasonExpired:
-		return fmt.Sprintf("Holding %s with fencing token %d until %s unless spec.renewTime is bumped; "+
-			"deploy now and delete this BuildLock when done.", d.lock.Target, grant.Token, stamp(v.ExpiresAt))
+		return fmt.Sprintf("%s until %s unless spec.renewTime is bumped; deploy now and delete this BuildLock when done.",
+			holding, stamp(v.ExpiresAt))
 	}
-	return fmt.Sprintf("Holding %s with fencing token %d until %s, its maximum hold; "+
-		"deploy now and delete this BuildLock when done.", d.lock.Target, grant.Token, stamp(v.ExpiresAt))
+	return fmt.Sprintf("%s until %s, its maximum hold; deploy now and delete this BuildLock when done.", holding, stamp(v.ExpiresAt))
 }
 
-// supersededMessage says which build made claim i obsolete.
+// rollbackHint says how to deploy a build of a line below what it
+// deployed, on purpose.
+const rollbackHint = "kubectl buildlock acquire --rollback --reason \"...\" (spec.rollback)"
+
+// supersededMessage says what made claim i obsolete (the build that waits
+// or holds instead of it, or the build of its line that already deployed,
+// and when) and what to do.
 func (d *decider) supersededMessage(i int) string {
 	c, v, target := d.claims[i], &d.verdicts[i], d.lock.Target
 	if r := d.byMemory[i]; r != nil {
-		held := capitalized(build(&Claim{Repo: r.Repo, Branch: r.Branch, Build: r.Build}))
+		held := capitalized(build(&Claim{Repo: r.Repo, Branch: r.Branch, Workflow: r.Workflow, Build: r.Build}))
 		if v.Reason == ReasonDuplicateBuild {
-			return fmt.Sprintf("%s already held %s at %s; this claim of the same build will not deploy "+
-				"(a build deploys once: give a re-run a new build number).", held, target, stamp(r.HeldAt))
+			return fmt.Sprintf("%s already deployed: it held %s at %s, and the BuildLockPolicy of %s refuses re-runs "+
+				"(spec.reruns: Refused), so this run of it will not deploy. Stop this pipeline; deploy with a new build "+
+				"number, or roll back on purpose: %s.", held, target, stamp(r.HeldAt), target, rollbackHint)
 		}
-		return fmt.Sprintf("%s held %s at %s; this older build will not deploy (a line never deploys backwards).",
-			held, target, stamp(r.HeldAt))
-	}
-	if v.Reason == ReasonDuplicateBuild {
-		w := d.sentence()
-		w.build(c, true)
-		return w.done(" is already claimed by BuildLock ", v.SupersededBy, "; this duplicate will not deploy.")
+		return fmt.Sprintf("%s already deployed: it held %s at %s, and a line never deploys backwards, so this older "+
+			"build %d will not deploy. Stop this pipeline; to deploy build %d again on purpose, roll back: %s.",
+			held, target, stamp(r.HeldAt), c.Build, c.Build, rollbackHint)
 	}
 	by := d.supersededBy[i]
 	w := d.sentence()
 	w.build(d.claims[by], true)
-	w.add(" is newer")
-	switch d.verdicts[by].Phase {
-	case Held:
-		w.add(" and holds ", target)
-	case Waiting:
-		w.add(" and waits for ", target)
+	switch {
+	case v.Reason == ReasonDuplicateBuild:
+		w.add(" ", d.fate(by), " as BuildLock ", d.claims[by].Name,
+			", another run of the same build: two runs of one build never deploy at once, so this one will not. "+
+				"Stop this run; re-run it once that one has ended, if it must deploy again.")
+		return w.done()
+	case d.verdicts[by].Phase == Superseded:
+		// The build that made this one obsolete gave way in turn: name the
+		// build that goes instead.
+		root := by
+		for d.verdicts[root].Phase == Superseded && d.supersededBy[root] != none {
+			root = d.supersededBy[root]
+		}
+		w.add(" is newer, and gave way in turn to ")
+		w.build(d.claims[root], false)
+		w.add(", which ", d.fate(root), ": this build will not deploy either. Stop this pipeline.")
+		return w.done()
+	case lineOf(*d.claims[by]) == lineOf(*c):
+		w.add(" is newer and ", d.fate(by), ": it deploys instead, and this build will not. Stop this pipeline")
+		if c.Rollback {
+			w.add("; roll back once that build has deployed, if you still must")
+		}
+		return w.done(".")
 	}
-	return w.done("; this build will not deploy.")
+	w.add(" is newer and ", d.fate(by), ": with the ordering NewestWins one build waits, the newest, and this build "+
+		"will not deploy. Stop this pipeline; for every build to deploy in its turn, give ", target,
+		" a BuildLockPolicy with the ordering Queue or Fifo.")
+	return w.done()
+}
+
+// fate says what claim i does after the decision: "holds staging", "waits
+// for staging", "is queued for staging", or "will not deploy".
+func (d *decider) fate(i int) string {
+	switch v := &d.verdicts[i]; {
+	case v.Phase == Held:
+		return "holds " + d.lock.Target
+	case v.Reason == ReasonQueued:
+		return "is queued for " + d.lock.Target
+	case v.Phase == Waiting:
+		return "waits for " + d.lock.Target
+	}
+	return "will not deploy"
+}
+
+// rollbackRefusedMessage says why the policy refuses rollback c, and what
+// to do.
+func (d *decider) rollbackRefusedMessage(c *Claim) string {
+	what := fmt.Sprintf("%s is a rollback (spec.rollback), and the BuildLockPolicy of %s", capitalized(build(c)), d.lock.Target)
+	if d.policy.Rollbacks == RollbacksNobody {
+		return what + " allows no rollbacks (spec.rollbacks: Nobody): it will not deploy. Deploy a new build instead, " +
+			"or ask the policy's administrators to allow rollbacks."
+	}
+	who := "this claim was created by " + printable(c.Identity)
+	if c.Identity == "" {
+		who = "this claim's requester is not verified (the API server stamps spec.requester only where the " +
+			"enforcement policies are installed)"
+	}
+	return fmt.Sprintf("%s allows rollbacks by people only (spec.rollbacks: PeopleOnly), and %s: it will not deploy. "+
+		"Have a person roll back: %s.", what, who, rollbackHint)
 }
 
 // sentence builds one message in the decider's buffer, with one allocation
@@ -147,7 +206,8 @@ func (w sentence) add(parts ...string) {
 	}
 }
 
-// build appends "build 43 of acme/shop@main" (capitalized: "Build ...").
+// build appends "build 43 of acme/shop@main" (capitalized: "Build ..."),
+// and " (workflow W)" for a claim of a workflow.
 func (w sentence) build(c *Claim, capital bool) {
 	if capital {
 		w.add("Build ")
@@ -156,6 +216,9 @@ func (w sentence) build(c *Claim, capital bool) {
 	}
 	*w.b = strconv.AppendInt(*w.b, c.Build, 10)
 	w.add(" of ", c.Repo, "@", printable(c.Branch))
+	if c.Workflow != "" {
+		w.add(" (workflow ", printable(c.Workflow), ")")
+	}
 }
 
 // done appends parts and returns the message.
@@ -231,11 +294,16 @@ func (d *decider) maxHoldWarning(c *Claim, endAt time.Time) string {
 		"the hold expires at %s.", capitalized(build(c)), d.lock.Target, warnAtPercent, d.policy.MaxHold, stamp(endAt))
 }
 
-// build names a claim's build for messages: "build 43 of acme/shop@main". A
-// branch with characters that are not printable (the API refuses them now,
-// but older objects may have them) is quoted and escaped.
+// build names a claim's build for messages: "build 43 of acme/shop@main",
+// and " (workflow W)" for a claim of a workflow. A branch with characters
+// that are not printable (the API refuses them now, but older objects may
+// have them) is quoted and escaped.
 func build(c *Claim) string {
-	return fmt.Sprintf("build %d of %s@%s", c.Build, c.Repo, printable(c.Branch))
+	s := fmt.Sprintf("build %d of %s@%s", c.Build, c.Repo, printable(c.Branch))
+	if c.Workflow != "" {
+		s += " (workflow " + printable(c.Workflow) + ")"
+	}
+	return s
 }
 
 // printable returns s as it is when every rune of it prints plainly, and

@@ -3,6 +3,7 @@ package arbiter
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -126,8 +127,17 @@ func (w *world) arrive(ch chooser) string {
 	c.Writer = Writer{PodUID: "pod-" + c.Name}
 	c.Identity = genIdentities[ch.intn(len(genIdentities))]
 	c.CIIdentity = genCIIdentity(c.Identity)
+	// Second workflows of a line, and rollbacks (re-runs come by
+	// themselves: build numbers repeat).
+	if ch.intn(5) == 0 {
+		c.Workflow = "hotfix.yml"
+	}
+	if ch.intn(6) == 0 {
+		c.Rollback, c.RollbackReason = true, "INC-7"
+	}
 	w.claims = append(w.claims, c)
-	return fmt.Sprintf("%s arrives: build %d of %s/%s stamped %s", c.Name, c.Build, c.Repo, c.Branch, c.Timestamp.Format(time.TimeOnly))
+	return fmt.Sprintf("%s arrives: build %d of %s/%s/%s (rollback %v, %q) stamped %s", c.Name, c.Build, c.Repo, c.Branch, c.Workflow,
+		c.Rollback, c.Identity, c.Timestamp.Format(time.TimeOnly))
 }
 
 // pick returns a random claim that matches.
@@ -167,16 +177,22 @@ func TestPropertiesOfRandomEventSequences(t *testing.T) {
 		t.Run(fmt.Sprintf("seed=%d,hostile=%v", seed, hostile), func(t *testing.T) {
 			ch := seeded(seed)
 			w := &world{now: t0, policy: Policy{MaxHold: genMaxHolds[ch.intn(len(genMaxHolds))], Ordering: genOrderings[seed%3]}}
+			w.policy.RefuseReruns = seed%5 == 1
+			w.policy.Rollbacks = genRollbacks[(seed/5)%4]
 			var history []string
 			var lastToken int64
 			holder := ""
 			terminal := map[string]Phase{}
 			fair := newFairness()
+			grants := newGrantLog()
 			for range 60 {
 				event := w.happen(ch, true, hostile)
 				history = append(history, event)
 				d := w.decide(t, history)
 				if err := fair.observe(w, d); err != nil {
+					t.Fatalf("%v\n%s", err, strings.Join(history, "\n"))
+				}
+				if err := grants.observe(w, d, holder); err != nil && !hostile {
 					t.Fatalf("%v\n%s", err, strings.Join(history, "\n"))
 				}
 				if d.Holder != "" && d.Holder != holder {
@@ -215,6 +231,58 @@ func TestPropertiesOfRandomEventSequences(t *testing.T) {
 			checkLiveness(t, ch, w, history)
 		})
 	}
+}
+
+// grantLog checks "never backwards" over a history of grants, restated
+// without the arbiter's memory: every grant of a claim that is not a
+// rollback is of a build above every build of its line granted since the
+// line's last rollback (that rollback's included) within the line memory,
+// or of the same build (a re-run) where the policy allows re-runs; and a
+// rollback is granted only where the policy allows it from its identity.
+// Only a grant record that nobody deleted or edited keeps that memory, so
+// it holds in histories without hostile events.
+type grantLog struct {
+	lines map[line][]loggedGrant
+}
+
+type loggedGrant struct {
+	build    int64
+	at       time.Time
+	rollback bool
+}
+
+func newGrantLog() *grantLog { return &grantLog{lines: map[line][]loggedGrant{}} }
+
+// observe takes the next decision of w (already applied); before is the
+// holder before it.
+func (g *grantLog) observe(w *world, d Decision, before string) error {
+	if d.Holder == "" || d.Holder == before {
+		return nil
+	}
+	i := slices.IndexFunc(w.claims, func(c Claim) bool { return c.Name == d.Holder })
+	c := w.claims[i]
+	l := lineOf(c)
+	var highest int64 // since the last rollback, within the memory
+	for _, e := range g.lines[l] {
+		switch {
+		case !w.now.Before(e.at.Add(DefaultGrantRetention)):
+		case e.rollback:
+			highest = e.build
+		default:
+			highest = max(highest, e.build)
+		}
+	}
+	g.lines[l] = append(g.lines[l], loggedGrant{build: c.Build, at: w.now, rollback: c.Rollback})
+	switch {
+	case c.Rollback && !mayRollBack(w.policy, c):
+		return fmt.Errorf("%s, a rollback by %q, granted under rollbacks %q", c.Name, c.Identity, w.policy.Rollbacks)
+	case c.Rollback:
+	case c.Build < highest:
+		return fmt.Errorf("%s: build %d granted after build %d of its line", c.Name, c.Build, highest)
+	case c.Build == highest && w.policy.RefuseReruns:
+		return fmt.Errorf("%s: a re-run of build %d granted, though the policy refuses re-runs", c.Name, c.Build)
+	}
+	return nil
 }
 
 // writerOf is the Writer of the claim named name.
@@ -331,10 +399,10 @@ func describeInput(in input) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "now=%s policy=%v grant={%s}", in.now.Format(time.TimeOnly), in.policy, in.grant)
 	for _, c := range in.claims {
-		fmt.Fprintf(&b, "\n  %s/%s %s/%s#%d stamp=%s created=%s phase=%q token=%d pod=%s expiresAfter=%s renew=%s renewed=%s queued=%s",
-			c.Name, c.UID, c.Repo, c.Branch, c.Build, c.Timestamp.Format(time.TimeOnly), c.Created.Format(time.TimeOnly),
+		fmt.Fprintf(&b, "\n  %s/%s %s/%s/%s#%d rollback=%v identity=%q stamp=%s created=%s phase=%q token=%d pod=%s expiresAfter=%s renew=%s renewed=%s queued=%s acquired=%s",
+			c.Name, c.UID, c.Repo, c.Branch, c.Workflow, c.Build, c.Rollback, c.Identity, c.Timestamp.Format(time.TimeOnly), c.Created.Format(time.TimeOnly),
 			c.Phase, c.FencingToken, c.Pod, c.ExpiresAfter, c.RenewTime.Format(time.TimeOnly), c.RenewedAt.Format(time.TimeOnly),
-			c.QueuedAt.Format(time.TimeOnly))
+			c.QueuedAt.Format(time.TimeOnly), c.AcquiredAt.Format(time.TimeOnly))
 	}
 	return b.String()
 }

@@ -54,7 +54,7 @@ func (d *decider) restoreRecord(g Grant) (Grant, string) {
 				repair = RepairRecreated
 			}
 			return Grant{Holder: c.Name, HolderUID: c.UID, Token: c.FencingToken, AcquiredAt: c.AcquiredAt,
-				Lines: g.Lines, Ended: g.Ended, Writer: c.Writer, Floor: max(g.Floor, g.Token)}, repair
+				Lines: g.Lines, Ended: g.Ended, Writer: c.Writer, Audit: g.Audit, Floor: max(g.Floor, g.Token)}, repair
 		}
 	}
 	holder := d.namedClaim(g)
@@ -130,47 +130,121 @@ func (d *decider) highestTokenBut(skip int) int64 {
 	return highest
 }
 
-// history returns the line records the claims vouch for: a claim whose
-// status shows that it held (a token and an acquire time: only a grant
-// gives them) held its build at its acquire time, as its identity; and so
-// did the claim the record names, since the record's acquire time.
+// history returns the line records the claims vouch for, in the order
+// they were granted: a claim whose status shows that it held (a token and
+// an acquire time: only a grant gives them) held its build at its acquire
+// time, as its identity; and so did the claim the record names, since the
+// record's acquire time while its hold goes on (its status then shows that
+// time once written), and if its status shows no acquire time. A
+// rollback's record rolls its line back then.
 func (d *decider) history() []LineRecord {
 	var out []LineRecord
 	for i, c := range d.claims {
 		switch {
-		case i == d.granted:
-			out = append(out, recordOf(c, d.grant.AcquiredAt))
+		case i == d.granted && i == d.liveHolder:
+			out = append(out, heldRecord(c, d.grant.AcquiredAt))
 		case c.FencingToken > 0 && !c.AcquiredAt.IsZero():
-			out = append(out, recordOf(c, c.AcquiredAt))
+			out = append(out, heldRecord(c, c.AcquiredAt))
+		case i == d.granted:
+			out = append(out, heldRecord(c, d.grant.AcquiredAt))
 		}
+	}
+	if len(out) > 1 {
+		slices.SortStableFunc(out, func(a, b LineRecord) int { return a.HeldAt.Compare(b.HeldAt) })
 	}
 	return out
 }
 
-// recordOf is the line record of claim c's build held since heldAt, by
-// c's identity.
-func recordOf(c *Claim, heldAt time.Time) LineRecord {
-	return LineRecord{Repo: c.Repo, Branch: c.Branch, Build: c.Build, HeldAt: heldAt, Owner: c.Identity, OwnerCI: c.CIIdentity}
+// heldRecord is the line record of c's hold granted at heldAt.
+func heldRecord(c *Claim, heldAt time.Time) LineRecord {
+	r := LineRecord{Repo: c.Repo, Branch: c.Branch, Workflow: c.Workflow, Build: c.Build, HeldAt: heldAt, Owner: c.Identity,
+		OwnerCI: c.CIIdentity}
+	if c.Rollback {
+		r.Since = heldAt
+	}
+	return r
+}
+
+// lineOfRecord is the line a record is of.
+func lineOfRecord(r *LineRecord) line { return line{r.Repo, r.Branch, r.Workflow} }
+
+// rollbacks returns when each line of the given records was last rolled
+// back within the line memory: the latest Since of its records that are
+// remembered (nil when no line was), but never after now (a record edited
+// to the future cannot have rolled anything back yet). A line's builds
+// granted before it no longer count.
+func (d *decider) rollbacks(sets ...[]LineRecord) map[line]time.Time {
+	var since map[line]time.Time
+	for _, records := range sets {
+		for k := range records {
+			r := &records[k]
+			if r.Since.IsZero() || r.Since.After(d.now) || !d.remembers(*r) {
+				continue
+			}
+			if since == nil {
+				since = map[line]time.Time{}
+			}
+			if l := lineOfRecord(r); r.Since.After(since[l]) {
+				since[l] = r.Since
+			}
+		}
+	}
+	return since
+}
+
+// counts reports whether record r is part of its line's memory at now: it
+// is within the line memory, and granted after its line's last rollback
+// (or is that rollback's own record).
+func (d *decider) counts(r *LineRecord, since map[line]time.Time) bool {
+	return d.remembers(*r) && afterRollback(r, since[lineOfRecord(r)], d.now)
+}
+
+// afterRollback reports whether record r counts after its line's last
+// rollback at since (zero: none): it was granted later, or it is the
+// rollback's own record (a build granted at that very instant is not). A
+// record of a grant after now (an edited record, a skewed clock) counts as
+// granted now: it cannot have come after a rollback granted now.
+func afterRollback(r *LineRecord, since, now time.Time) bool {
+	heldAt := r.HeldAt
+	if heldAt.After(now) {
+		heldAt = now
+	}
+	return since.IsZero() || heldAt.After(since) || heldAt.Equal(since) && r.Since.Equal(since)
+}
+
+// higher reports whether record r of a line beats old, of the same line:
+// a higher build, or the same build granted later (a re-run); records of
+// one build granted at one instant tie-break on their owner, so that the
+// order they come in does not matter.
+func higher(old, r *LineRecord) bool {
+	switch {
+	case r.Build != old.Build:
+		return r.Build > old.Build
+	case !r.HeldAt.Equal(old.HeldAt):
+		return r.HeldAt.After(old.HeldAt)
+	}
+	return r.Owner > old.Owner
 }
 
 // rememberedLines returns, by line, the record of the highest build that
-// held within Policy.LineMemory: the grant record's, or the claims' own
-// (history), so that a record deleted or edited by hand forgets nothing the
-// claims still show. Of two records of one build, the later counts, as
-// recordLine keeps it: its owner is the line's.
+// held within Policy.LineMemory since the line's last rollback: the grant
+// record's, or the claims' own (history), so that a record deleted or
+// edited by hand forgets nothing the claims still show.
 func (d *decider) rememberedLines() map[line]*LineRecord {
 	hist := d.history()
 	if len(d.grant.Lines) == 0 && len(hist) == 0 {
 		return nil
 	}
+	since := d.rollbacks(d.grant.Lines, hist)
 	memory := make(map[line]*LineRecord, len(d.grant.Lines)+len(hist))
 	for _, records := range [][]LineRecord{d.grant.Lines, hist} {
 		for k := range records {
-			if r := &records[k]; d.remembers(*r) {
-				l := line{r.Repo, r.Branch}
-				if old, ok := memory[l]; !ok || r.Build > old.Build || (r.Build == old.Build && r.HeldAt.After(old.HeldAt)) {
-					memory[l] = r
-				}
+			r := &records[k]
+			if !d.counts(r, since) {
+				continue
+			}
+			if old, ok := memory[lineOfRecord(r)]; !ok || higher(old, r) {
+				memory[lineOfRecord(r)] = r
 			}
 		}
 	}
@@ -189,9 +263,9 @@ func (d *decider) remembers(r LineRecord) bool {
 // written when its hold ends.
 func (d *decider) forgets() bool {
 	kept := map[line]int64{}
-	for _, r := range d.grant.Lines {
-		if d.remembers(r) {
-			kept[line{r.Repo, r.Branch}] = max(kept[line{r.Repo, r.Branch}], r.Build)
+	for k := range d.grant.Lines {
+		if r := &d.grant.Lines[k]; d.remembers(*r) {
+			kept[lineOfRecord(r)] = max(kept[lineOfRecord(r)], r.Build)
 		}
 	}
 	// The builds the claims show held that the record lacks: usually none,
@@ -207,7 +281,7 @@ func (d *decider) forgets() bool {
 		return false
 	}
 	for _, r := range d.recordLine(nil) {
-		if b := shown[line{r.Repo, r.Branch}]; b > 0 && b == r.Build && kept[line{r.Repo, r.Branch}] < b {
+		if b := shown[lineOfRecord(&r)]; b > 0 && b == r.Build && kept[lineOfRecord(&r)] < b {
 			return true
 		}
 	}
@@ -215,12 +289,19 @@ func (d *decider) forgets() bool {
 }
 
 // recordLine returns the grant record's line records after granting c (nil
-// records nothing). Records that no longer count are dropped; every other
-// line keeps its record, raised to what the claims show (history); and c's
-// line records c's build. A line without a record gets one only within the
-// budgets (lineBudget): none is evicted to make room.
+// records nothing). Records that no longer count (older than the line
+// memory, or than their line's last rollback) are dropped; every other line
+// keeps its record, raised to what the claims show (history); and c's line
+// records c's build (a rollback's lowers it, and records when). A line
+// without a record gets one only within the budgets (lineBudget): none is
+// evicted to make room.
 func (d *decider) recordLine(c *Claim) []LineRecord {
-	var b lineBudget
+	hist := d.history()
+	var granted []LineRecord
+	if c != nil {
+		granted = []LineRecord{heldRecord(c, d.now)}
+	}
+	b := lineBudget{since: d.rollbacks(d.grant.Lines, hist, granted), now: d.now}
 	kept := make([]LineRecord, 0, len(d.grant.Lines))
 	for _, r := range d.grant.Lines {
 		if d.remembers(r) {
@@ -233,22 +314,24 @@ func (d *decider) recordLine(c *Claim) []LineRecord {
 	for _, r := range kept {
 		b.keep(r)
 	}
-	hist := d.history()
-	slices.SortFunc(hist, compareRecords)
+	slices.SortStableFunc(hist, compareRecords)
 	for _, r := range hist {
 		if d.remembers(r) {
 			b.record(r)
 		}
 	}
-	if c != nil {
-		b.record(recordOf(c, d.now))
+	for _, r := range granted {
+		b.grant(r)
 	}
 	return b.sorted()
 }
 
 // lineBudget builds a line memory within LineMemoryBytes and
-// LineMemoryBytesPerOwner: one record per line.
+// LineMemoryBytesPerOwner: one record per line, the highest build since
+// the line's last rollback (since), which it records.
 type lineBudget struct {
+	since   map[line]time.Time
+	now     time.Time
 	records []LineRecord
 	index   map[line]int   // records[index[l]] is line l's
 	total   int            // the records' sizes
@@ -256,10 +339,14 @@ type lineBudget struct {
 }
 
 // keep adds a record the grant record had, unless its line has a higher
-// one, or the memory holds maxKeptLineBytes already.
+// one (see higher), the record is older than its line's last rollback, or
+// the memory holds maxKeptLineBytes already.
 func (b *lineBudget) keep(r LineRecord) {
-	if k, ok := b.index[line{r.Repo, r.Branch}]; ok {
-		if r.Build > b.records[k].Build {
+	if !b.rolledBack(&r) {
+		return
+	}
+	if k, ok := b.index[lineOfRecord(&r)]; ok {
+		if higher(&b.records[k], &r) {
 			b.replace(k, r)
 		}
 		return
@@ -269,11 +356,15 @@ func (b *lineBudget) keep(r LineRecord) {
 	}
 }
 
-// record remembers r: a line with a record takes r's build when it is
-// higher; a new line is added while the budgets allow.
+// record remembers r, unless it is older than its line's last rollback: a
+// line with a record takes it when it is higher (see higher); a new line is
+// added while the budgets allow.
 func (b *lineBudget) record(r LineRecord) {
-	if k, ok := b.index[line{r.Repo, r.Branch}]; ok {
-		if r.Build > b.records[k].Build || (r.Build == b.records[k].Build && r.HeldAt.After(b.records[k].HeldAt)) {
+	if !b.rolledBack(&r) {
+		return
+	}
+	if k, ok := b.index[lineOfRecord(&r)]; ok {
+		if higher(&b.records[k], &r) {
 			b.replace(k, r)
 		}
 		return
@@ -285,11 +376,39 @@ func (b *lineBudget) record(r LineRecord) {
 	b.add(r)
 }
 
+// grant records r, the line's latest grant: it replaces the line's record
+// unless that has a higher build, and a rollback's always does (the records
+// before it no longer count); a new line is added while the budgets allow.
+func (b *lineBudget) grant(r LineRecord) {
+	// Granted now, it comes after every rollback the records know (none is
+	// after now): it takes the line's last one as its Since.
+	rollback := !r.Since.IsZero()
+	r.Since = b.since[lineOfRecord(&r)]
+	if k, ok := b.index[lineOfRecord(&r)]; ok {
+		if rollback || r.Build >= b.records[k].Build {
+			b.replace(k, r)
+		}
+		return
+	}
+	b.record(r)
+}
+
+// rolledBack reports whether r still counts after its line's last
+// rollback, and if so gives it that rollback as its Since.
+func (b *lineBudget) rolledBack(r *LineRecord) bool {
+	since := b.since[lineOfRecord(r)]
+	if !afterRollback(r, since, b.now) {
+		return false
+	}
+	r.Since = since
+	return true
+}
+
 func (b *lineBudget) add(r LineRecord) {
 	if b.index == nil {
 		b.index, b.owners = map[line]int{}, map[string]int{}
 	}
-	b.index[line{r.Repo, r.Branch}] = len(b.records)
+	b.index[lineOfRecord(&r)] = len(b.records)
 	b.records = append(b.records, r)
 	b.total += r.Size()
 	b.owners[r.Owner] += r.Size()
@@ -312,13 +431,16 @@ func (b *lineBudget) sorted() []LineRecord {
 	return b.records
 }
 
-// compareRecords orders line records by repository, branch, then when they
-// held.
+// compareRecords orders line records by repository, branch, workflow, then
+// when they held.
 func compareRecords(a, b LineRecord) int {
 	if c := strings.Compare(a.Repo, b.Repo); c != 0 {
 		return c
 	}
 	if c := strings.Compare(a.Branch, b.Branch); c != 0 {
+		return c
+	}
+	if c := strings.Compare(a.Workflow, b.Workflow); c != 0 {
 		return c
 	}
 	return a.HeldAt.Compare(b.HeldAt)

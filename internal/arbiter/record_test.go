@@ -163,7 +163,7 @@ func TestADeletedRecordRemembersTheBuildsTheClaimsShowHeld(t *testing.T) {
 	claims := []Claim{inPhase(heldSince(claim("shop-10", shop, 10, 5), 3, 10), Released), claim("shop-9", shop, 9, 50)}
 	d := Decide(staging, claims, Grant{Absent: true}, at(60), Policy{})
 	if v := verdictOf(d, "shop-9"); short(v) != "Superseded SupersededByNewerBuild" ||
-		!strings.Contains(v.Message, "Build 10 of acme/shop@main held staging at 2026-03-02T09:10:00Z") {
+		!strings.Contains(v.Message, "Build 10 of acme/shop@main already deployed: it held staging at 2026-03-02T09:10:00Z") {
 		t.Errorf("shop-9: %s %q", short(v), v.Message)
 	}
 	want := []LineRecord{{Repo: "acme/shop", Branch: "main", Build: 10, HeldAt: at(10)}}

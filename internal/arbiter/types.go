@@ -85,10 +85,13 @@ type Claim struct {
 	// Name and UID identify the BuildLock.
 	Name string
 	UID  string
-	// Repo, Branch and Build are the claim's spec: Repo+Branch is its line.
-	Repo   string
-	Branch string
-	Build  int64
+	// Repo, Branch, Workflow and Build are the claim's spec:
+	// Repo+Branch+Workflow is its line (an empty Workflow is the line of
+	// Repo and Branch alone, as claims without spec.workflow have).
+	Repo     string
+	Branch   string
+	Workflow string
+	Build    int64
 	// Timestamp is spec.timestamp, when the build started (zero if unset).
 	// It orders claims of different lines with NewestWins, capped at
 	// Created + Policy.MaxTimestampSkew (see [Policy.OrderTime]).
@@ -140,6 +143,13 @@ type Claim struct {
 	// (its deletionTimestamp is set): it has ended, holder or waiter
 	// (Released, reason Deleted).
 	Deleting bool
+	// Rollback says the claim is a rollback on purpose (spec.rollback), and
+	// RollbackReason why: it is exempt from "never backwards" (rule 3) if
+	// Policy.Rollbacks allows it from its Identity, and its grant lowers its
+	// line's memory to its build. The reason is free text: the grant
+	// record's audit keeps at most MaxQuotedLength characters of it.
+	Rollback       bool
+	RollbackReason string
 	// Identity is who created the claim, as far as the API server vouches
 	// for it: spec.requester's user name when the buildlock-requester
 	// admission policy stamped it, else empty (unknown). A pipeline (see
@@ -214,6 +224,11 @@ type Grant struct {
 	// enforced target admits the holder's writes and no one else's, and
 	// never ahead of the grant.
 	Writer Writer
+	// Audit records the lock's notable events, oldest first, so that they
+	// outlive their claims: force-released holds, rollbacks and overrides
+	// granted (see AuditEntry). A decision appends to it when it moves the
+	// grant, and keeps the newest MaxAuditEntries within AuditBytes.
+	Audit []AuditEntry
 
 	// Absent says that the lock has no grant record at all (its Lease does
 	// not exist): a lock never granted, or one whose record was deleted.
@@ -227,18 +242,25 @@ type Grant struct {
 	Floor int64
 }
 
-// LineRecord says that build Build of the line Repo@Branch was granted the
-// lock at HeldAt, to a claim whose Identity was Owner.
+// LineRecord says that build Build of the line Repo@Branch (of Workflow)
+// was granted the lock at HeldAt, to a claim whose Identity was Owner: the
+// highest build of the line granted since the line's last rollback, which
+// was granted at Since (zero if it had none).
 type LineRecord struct {
-	Repo   string
-	Branch string
-	Build  int64
-	HeldAt time.Time
+	Repo     string
+	Branch   string
+	Workflow string
+	Build    int64
+	HeldAt   time.Time
 	// Owner is the Identity of the claim granted (empty when unknown). A
 	// pipeline (IsPipeline) owns the line while the record counts (rule 3).
 	Owner string
 	// OwnerCI is the CIIdentity of the claim granted.
 	OwnerCI bool
+	// Since is when the line was last rolled back (zero: not within the
+	// record's life): builds granted before it no longer count, whatever
+	// the claims show. A rollback's own record has Since == HeldAt.
+	Since time.Time
 }
 
 // Size is what a record counts against LineMemoryBytes: an upper bound of
@@ -249,13 +271,84 @@ func (r LineRecord) Size() int {
 	if r.OwnerCI {
 		size += ciOwnerOverhead
 	}
+	if r.Workflow != "" {
+		size += lineRecordWorkflowOverhead + 2*len(r.Workflow)
+	}
+	if !r.Since.IsZero() {
+		size += lineRecordSinceOverhead
+	}
 	return size
 }
 
 // lineRecordOverhead bounds a record's encoding without its strings: the
 // field names and punctuation, a build of up to 16 digits and an RFC 3339
-// time with nanoseconds, and the comma that separates records.
-const lineRecordOverhead = 112
+// time with nanoseconds, and the comma that separates records. A workflow
+// and a rollback's time add their own (records without them are as long as
+// before they existed).
+const (
+	lineRecordOverhead         = 112
+	lineRecordWorkflowOverhead = 16
+	lineRecordSinceOverhead    = 48
+)
+
+// AuditEntry is one notable event of the lock (Grant.Audit): a
+// force-released hold, a rollback granted, or an override granted (a
+// person's claim on a line another service account owned, or whose build
+// jumped further than a pipeline's may).
+type AuditEntry struct {
+	// Kind is AuditForceRelease, AuditRollback or AuditOverride.
+	Kind string
+	At   time.Time
+	// Name is the claim concerned, Repo..Build its build, Token its hold's
+	// fencing token.
+	Name     string
+	Repo     string
+	Branch   string
+	Workflow string
+	Build    int64
+	Token    int64
+	// By is who did it as the API server verified them (the force-release's
+	// Claim.ForceReleasedBy, the claim's Identity); empty if unverified.
+	By string
+	// Reason is why: Claim.ForceRelease, Claim.RollbackReason, or the rule
+	// an override was exempt from (ReasonLineOwnedByOther,
+	// ReasonBuildJumpTooLarge). Free text is cut to MaxQuotedLength
+	// characters and maxAuditTextBytes bytes.
+	Reason string
+	// From is the build of the line the memory had: the build a rollback
+	// rolled back from, or the one an override went past.
+	From int64
+	// Owner is the service account that owned the line an override took.
+	Owner string
+}
+
+// The kinds of AuditEntry, as in the API (api/v1alpha1.Audit*).
+const (
+	AuditForceRelease = "ForceRelease"
+	AuditRollback     = "Rollback"
+	AuditOverride     = "Override"
+)
+
+// MaxAuditEntries is how many entries Grant.Audit keeps; AuditBytes bounds
+// their sizes (AuditEntry.Size): the oldest go first.
+const (
+	MaxAuditEntries = 10
+	AuditBytes      = 32 << 10
+)
+
+// maxAuditTextBytes bounds each free text of an AuditEntry.
+const maxAuditTextBytes = 512
+
+// Size bounds the entry's length as the grant Lease stores it (JSON
+// without HTML escaping): names take at most two bytes a byte, free text
+// (which may hold control characters) at most six.
+func (e AuditEntry) Size() int {
+	return auditEntryOverhead + 2*(len(e.Kind)+len(e.Name)+len(e.Repo)+len(e.Branch)+len(e.Workflow)+len(e.Owner)) +
+		6*(len(e.By)+len(e.Reason))
+}
+
+// auditEntryOverhead bounds an entry's encoding without its strings.
+const auditEntryOverhead = 200
 
 // ciOwnerOverhead bounds what OwnerCI adds to a record's encoding.
 const ciOwnerOverhead = 16
@@ -275,12 +368,19 @@ type Ending struct {
 func (g Grant) Equal(o Grant) bool {
 	return g.Holder == o.Holder && g.HolderUID == o.HolderUID && g.Token == o.Token &&
 		g.AcquiredAt.Equal(o.AcquiredAt) && g.Ended.equal(o.Ended) && g.Writer == o.Writer &&
-		slices.EqualFunc(g.Lines, o.Lines, LineRecord.equal)
+		slices.EqualFunc(g.Lines, o.Lines, LineRecord.equal) && slices.EqualFunc(g.Audit, o.Audit, AuditEntry.equal)
 }
 
 func (r LineRecord) equal(o LineRecord) bool {
-	return r.Repo == o.Repo && r.Branch == o.Branch && r.Build == o.Build && r.HeldAt.Equal(o.HeldAt) && r.Owner == o.Owner &&
+	return r.Repo == o.Repo && r.Branch == o.Branch && r.Workflow == o.Workflow && r.Build == o.Build &&
+		r.HeldAt.Equal(o.HeldAt) && r.Owner == o.Owner && r.Since.Equal(o.Since) &&
 		r.OwnerCI == o.OwnerCI
+}
+
+func (e AuditEntry) equal(o AuditEntry) bool {
+	a, b := e, o
+	a.At, b.At = time.Time{}, time.Time{}
+	return a == b && e.At.Equal(o.At)
 }
 
 func (e Ending) equal(o Ending) bool {
@@ -307,7 +407,27 @@ type Policy struct {
 	// line a claim that is not a person's may go (zero or less:
 	// DefaultMaxBuildJump; rule 3).
 	MaxBuildJump int64
+	// RefuseReruns makes a build deploy once: a claim of the build its line
+	// remembers is Superseded (DuplicateBuild) even after the claim that
+	// held it ended. By default such a re-run is granted like any build.
+	RefuseReruns bool
+	// Rollbacks says whose rollbacks (Claim.Rollback) are exempt from
+	// "never backwards": RollbacksAnyone (also ""), RollbacksPeopleOnly or
+	// RollbacksNobody. A rollback it refuses is Superseded
+	// (RollbackNotAllowed).
+	Rollbacks Rollbacks
 }
+
+// Rollbacks says who may roll back (the API's BuildLockPolicy
+// spec.rollbacks).
+type Rollbacks string
+
+// The values of Rollbacks, as in the API. The zero value is RollbacksAnyone.
+const (
+	RollbacksAnyone     Rollbacks = "Anyone"
+	RollbacksPeopleOnly Rollbacks = "PeopleOnly"
+	RollbacksNobody     Rollbacks = "Nobody"
+)
 
 // Verdict is the arbiter's decision for one claim.
 type Verdict struct {

@@ -10,6 +10,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -206,7 +207,7 @@ var _ = Describe("Ordinary and hostile inputs", func() {
 		expectGrant(ns, "staging", web, 2)
 	})
 
-	It("never grants a build at or below one of its line that already held, even after its claim is gone", func() {
+	It("never grants a build below one of its line that already held, even after its claim is gone, and grants a re-run", func() {
 		ns := newNamespace()
 		startManager(testenv.ManagerOptions{}, ns)
 		createClaim(ns, "shop-10", claimOpts{repo: "acme/shop", build: 10, pod: "shop-10"})
@@ -219,14 +220,16 @@ var _ = Describe("Ordinary and hostile inputs", func() {
 		createClaim(ns, "shop-9", claimOpts{repo: "acme/shop", build: 9, pod: "shop-9"})
 		late := expectPhase(ns, "shop-9", buildlockv1.PhaseSuperseded)
 		Expect(late.Status.Reason).To(Equal(buildlockv1.ReasonSupersededByNewerBuild))
-		Expect(late.Status.Message).To(ContainSubstring("Build 10 of acme/shop@main held staging at"))
+		Expect(late.Status.Message).To(ContainSubstring("Build 10 of acme/shop@main already deployed: it held staging at"))
 
+		// A re-run of build 10 (its first run's claim is gone) deploys again.
 		createClaim(ns, "shop-10-rerun", claimOpts{repo: "acme/shop", build: 10, pod: "shop-10-rerun"})
-		rerun := expectPhase(ns, "shop-10-rerun", buildlockv1.PhaseSuperseded)
-		Expect(rerun.Status.Reason).To(Equal(buildlockv1.ReasonDuplicateBuild))
+		Expect(expectPhase(ns, "shop-10-rerun", buildlockv1.PhaseHeld).Status.FencingToken).To(Equal(int64(2)))
+		setPodPhase(ns, "shop-10-rerun", corev1.PodSucceeded)
+		expectPhase(ns, "shop-10-rerun", buildlockv1.PhaseReleased)
 
 		createClaim(ns, "shop-11", claimOpts{repo: "acme/shop", build: 11, pod: "shop-11"})
-		Expect(expectPhase(ns, "shop-11", buildlockv1.PhaseHeld).Status.FencingToken).To(Equal(int64(2)))
+		Expect(expectPhase(ns, "shop-11", buildlockv1.PhaseHeld).Status.FencingToken).To(Equal(int64(3)))
 	})
 
 	It("deletes the Lease of a lock nobody claims after --grant-retention, and never repeats a token", func() {

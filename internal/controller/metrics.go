@@ -31,6 +31,7 @@ type Metrics struct {
 	supersessions    *prometheus.CounterVec
 	releases         *prometheus.CounterVec
 	expiries         *prometheus.CounterVec
+	rollbacks        *prometheus.CounterVec
 
 	clock clock.PassiveClock
 	mu    sync.Mutex
@@ -82,10 +83,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		expiries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "buildlock_expiries_total", Help: "Holds that expired, by reason.",
 		}, []string{"reason"}),
+		rollbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "buildlock_rollbacks_total",
+			Help: "Rollbacks (spec.rollback) granted, by who asked as the API server verified it (person, pipeline, or unverified).",
+		}, []string{"requester"}),
 		clock: clock.RealClock{},
 		locks: map[arbiter.Lock]lockState{},
 	}
-	reg.MustRegister(m.waitSeconds, m.holdSeconds, m.grants, m.grantWriteErrors, m.grantRepairs, m.supersessions, m.releases, m.expiries, lockCollector{m})
+	reg.MustRegister(m.waitSeconds, m.holdSeconds, m.grants, m.grantWriteErrors, m.grantRepairs, m.supersessions, m.releases, m.expiries, m.rollbacks, lockCollector{m})
 	return m
 }
 
@@ -217,6 +222,22 @@ func (m *Metrics) observeTransition(bl *buildlockv1.BuildLock, v arbiter.Verdict
 	if v.From == arbiter.Held && bl.Status.AcquiredAt != nil {
 		m.holdSeconds.Observe(now.Sub(bl.Status.AcquiredAt.Time).Seconds())
 	}
+}
+
+// observeRollback counts a rollback granted to a claim whose verified
+// requester is identity ("" if unverified), a CI identity if ci.
+func (m *Metrics) observeRollback(identity string, ci bool) {
+	if m == nil {
+		return
+	}
+	requester := "unverified"
+	switch {
+	case arbiter.IsPipeline(identity, ci):
+		requester = "pipeline"
+	case identity != "":
+		requester = "person"
+	}
+	m.rollbacks.WithLabelValues(requester).Inc()
 }
 
 func hasClaim(claims []buildlockv1.BuildLock, name string) bool {

@@ -236,6 +236,16 @@ func podState(bl *buildlockv1.BuildLock, pod *corev1.Pod) arbiter.PodState {
 	return arbiter.PodAlive
 }
 
+// verifiedRequester is the claim's spec.requester's user name, and whether
+// it is a CI identity, when the API server vouches for it (the claim was
+// created after verifiedSince, non-zero), else "".
+func verifiedRequester(bl *buildlockv1.BuildLock, verifiedSince time.Time) (identity string, ci bool) {
+	if r := bl.Spec.Requester; r != nil && !verifiedSince.IsZero() && bl.CreationTimestamp.After(verifiedSince) {
+		return r.Username, r.Repository != ""
+	}
+	return "", false
+}
+
 // arbiterInputs converts an observation into the arbiter's plain inputs;
 // remembered is the highest token this manager has seen for the lock, which
 // with the namespace's floor makes the grant's Floor.
@@ -258,6 +268,7 @@ func toArbiterClaim(bl *buildlockv1.BuildLock, pods map[string]arbiter.PodState,
 		UID:          string(bl.UID),
 		Repo:         bl.Spec.Repo,
 		Branch:       bl.Spec.Branch,
+		Workflow:     bl.Spec.Workflow,
 		Build:        bl.Spec.Build,
 		Created:      bl.CreationTimestamp.Time,
 		Phase:        arbiter.Phase(bl.Status.Phase),
@@ -273,9 +284,10 @@ func toArbiterClaim(bl *buildlockv1.BuildLock, pods map[string]arbiter.PodState,
 	if bl.Status.AcquiredAt != nil {
 		c.AcquiredAt = bl.Status.AcquiredAt.Time
 	}
-	if r := bl.Spec.Requester; r != nil && !verifiedSince.IsZero() && bl.CreationTimestamp.After(verifiedSince) {
-		c.Identity, c.CIIdentity = r.Username, r.Repository != ""
+	if r := bl.Spec.Rollback; r != nil {
+		c.Rollback, c.RollbackReason = true, r.Reason
 	}
+	c.Identity, c.CIIdentity = verifiedRequester(bl, verifiedSince)
 	if bl.Spec.Timestamp != nil {
 		c.Timestamp = bl.Spec.Timestamp.Time
 	}

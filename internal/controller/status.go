@@ -80,9 +80,12 @@ func (w statusWriter) apply(ctx context.Context, obs observation, d arbiter.Deci
 		log.Info("Updated claim", "buildLock", bl.Name, "from", v.From, "phase", v.Phase, "reason", v.Reason, "fencingToken", status.FencingToken)
 		if v.From != v.Phase {
 			if recordsEvent(v.Phase) {
-				w.recorder.Eventf(bl, nil, eventType(v.Phase), eventReason(v.Phase), string(v.Phase), "%s", truncate(v.Message, maxEventNoteLength))
+				w.recorder.Eventf(bl, nil, eventType(v.Phase), eventReason(bl, v.Phase), string(v.Phase), "%s", truncate(v.Message, maxEventNoteLength))
 			}
 			w.metrics.observeTransition(bl, v, now)
+			if v.Phase == arbiter.Held && bl.Spec.Rollback != nil {
+				w.metrics.observeRollback(verifiedRequester(bl, obs.verifiedSince))
+			}
 		}
 	}
 	return nil
@@ -111,14 +114,21 @@ func recordsEvent(p arbiter.Phase) bool {
 	return p == arbiter.Held || p == arbiter.Released || p == arbiter.Expired
 }
 
-// eventReason names the transition for `kubectl get events`: Acquired,
-// Released or Expired.
-func eventReason(p arbiter.Phase) string {
-	if p == arbiter.Held {
+// eventReason names claim bl's transition to p for `kubectl get events`:
+// Acquired (RolledBack for a rollback), Released or Expired.
+func eventReason(bl *buildlockv1.BuildLock, p arbiter.Phase) string {
+	switch {
+	case p == arbiter.Held && bl.Spec.Rollback != nil:
+		return eventRolledBack
+	case p == arbiter.Held:
 		return buildlockv1.ReasonAcquired
 	}
 	return string(p)
 }
+
+// eventRolledBack is the reason of the event of a rollback's grant: its
+// note says which build of which line, with the rollback's reason.
+const eventRolledBack = "RolledBack"
 
 // desiredStatus is the status a claim must have after decision d, computed
 // in memory from its current status. ok is false when the status must not
@@ -153,14 +163,25 @@ func desiredStatus(bl *buildlockv1.BuildLock, v arbiter.Verdict, d arbiter.Decis
 	if v.Phase == arbiter.Held {
 		acquired = metav1.ConditionTrue
 	}
-	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
-		Type:               buildlockv1.ConditionAcquired,
-		Status:             acquired,
-		Reason:             v.Reason,
-		Message:            message,
-		ObservedGeneration: bl.Generation,
-		LastTransitionTime: metav1.NewTime(now.Truncate(time.Second)),
-	})
+	// Decided: the claim holds or has ended, so that one `kubectl wait`
+	// returns on either outcome.
+	decided := metav1.ConditionFalse
+	if v.Phase == arbiter.Held || v.Phase.IsTerminal() {
+		decided = metav1.ConditionTrue
+	}
+	for _, c := range []struct {
+		typ    string
+		status metav1.ConditionStatus
+	}{{buildlockv1.ConditionAcquired, acquired}, {buildlockv1.ConditionDecided, decided}} {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+			Type:               c.typ,
+			Status:             c.status,
+			Reason:             v.Reason,
+			Message:            message,
+			ObservedGeneration: bl.Generation,
+			LastTransitionTime: metav1.NewTime(now.Truncate(time.Second)),
+		})
+	}
 	return st, !equality.Semantic.DeepEqual(st, bl.Status)
 }
 

@@ -139,7 +139,7 @@ var _ = Describe("A lock whose Leases people touch", func() {
 		}).Should(Succeed())
 
 		createClaim(ns, "shop-9", claimOpts{repo: "acme/shop", build: 9, pod: "shop-9"})
-		Expect(expectPhase(ns, "shop-9", buildlockv1.PhaseSuperseded).Status.Message).To(ContainSubstring("Build 10 of acme/shop@main held staging"))
+		Expect(expectPhase(ns, "shop-9", buildlockv1.PhaseSuperseded).Status.Message).To(ContainSubstring("Build 10 of acme/shop@main already deployed: it held staging"))
 		Expect(expectPhase(ns, "shop-10", buildlockv1.PhaseReleased).Status.FencingToken).To(Equal(int64(1)))
 	})
 

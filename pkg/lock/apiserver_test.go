@@ -8,6 +8,7 @@ package lock
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -179,8 +180,46 @@ func TestStatusReadsPoliciesAndTheQueue(t *testing.T) {
 	var warnings []error
 	locks, err := Status(ctx, reader, ns, "staging", WithErrorHandler(func(err error) { warnings = append(warnings, err) }))
 	must(t, err)
-	if len(locks) != 1 || locks[0].Ordering != "" || len(warnings) != 1 || !apierrors.IsForbidden(warnings[0]) {
-		t.Errorf("without rights on policies: %d locks, ordering %q, warnings %v", len(locks), locks[0].Ordering, warnings)
+	if len(locks) != 1 || locks[0].Ordering != "" || len(warnings) != 2 || !apierrors.IsForbidden(warnings[0]) || !apierrors.IsForbidden(warnings[1]) {
+		t.Errorf("without rights on policies and Leases: %d locks, ordering %q, warnings %v", len(locks), locks[0].Ordering, warnings)
+	}
+}
+
+// TestStatusShowsTheAuditThatOutlivesTheClaims: the grant Lease's audit of
+// force-releases, rollbacks and overrides comes with its lock's summary, and
+// a lock whose claims are all gone is summarized for it.
+func TestStatusShowsTheAuditThatOutlivesTheClaims(t *testing.T) {
+	c, ns := apiServer(t)
+	ctx := context.Background()
+	entries := []buildlockv1.AuditEntry{
+		{Kind: buildlockv1.AuditForceRelease, At: time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC), Name: "shop-42", Repo: "acme/shop",
+			Branch: "main", Build: 42, Token: 7, By: "alice@example.com", Reason: "alice@example.com: the deploy hangs"},
+		{Kind: buildlockv1.AuditRollback, At: time.Date(2026, 3, 2, 9, 5, 0, 0, time.UTC), Name: "shop-41", Repo: "acme/shop",
+			Branch: "main", Build: 41, Token: 8, Reason: "INC-7", From: 42},
+	}
+	data, err := json.Marshal(entries)
+	must(t, err)
+	for _, target := range []string{"staging", "prod"} {
+		must(t, c.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: buildlockv1.GrantLeaseName(target),
+			Labels:      map[string]string{"app.kubernetes.io/managed-by": "buildlock", "buildlock.io/target": target},
+			Annotations: map[string]string{buildlockv1.AuditAnnotation: string(data)}}}))
+	}
+	create(t, c, ns, "acme/shop", 43, "1")
+	for _, target := range []string{"", "staging"} {
+		locks, err := Status(ctx, c, ns, target)
+		must(t, err)
+		want := map[string]int{"staging": 1, "prod": 0} // prod has no claim left; its audit stays
+		if target == "staging" {
+			want = map[string]int{"staging": 1}
+		}
+		if len(locks) != len(want) {
+			t.Fatalf("Status(%q) = %+v, want the locks %v", target, locks, want)
+		}
+		for _, l := range locks {
+			if claims, ok := want[l.Target]; !ok || len(l.Claims) != claims || len(l.Audit) != 2 || l.Audit[1].From != 42 || l.Audit[0].By != "alice@example.com" {
+				t.Errorf("Status(%q): %s with %d claims and audit %+v", target, l.Target, len(l.Claims), l.Audit)
+			}
+		}
 	}
 }
 

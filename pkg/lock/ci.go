@@ -29,6 +29,10 @@ type CI struct {
 	Repo   string
 	Branch string
 	Build  int64
+	// Workflow is what the CI system counts Build in, when that is less
+	// than the repository (see Claim.Workflow); empty where the build
+	// number counts per repository (GitLab's pipeline IID).
+	Workflow string
 	// RunID identifies this job of this run of the build: a re-run of a
 	// CI job keeps the build number but gets another run id, and two jobs
 	// of one CI run (a matrix, parallel stages) get different ones.
@@ -49,18 +53,22 @@ type CI struct {
 // first system whose marker is set wins, in this order:
 //
 //   - GitHub Actions (GITHUB_ACTIONS or GITHUB_REPOSITORY): repo
-//     GITHUB_REPOSITORY, branch GITHUB_REF_NAME, build GITHUB_RUN_NUMBER,
-//     run GITHUB_RUN_ID-GITHUB_RUN_ATTEMPT/GITHUB_JOB;
+//     GITHUB_REPOSITORY, branch GITHUB_REF_NAME, build GITHUB_RUN_NUMBER
+//     (counted per workflow), workflow GITHUB_WORKFLOW_REF without its
+//     "@<ref>", run GITHUB_RUN_ID-GITHUB_RUN_ATTEMPT/GITHUB_JOB;
 //   - GitLab CI (GITLAB_CI or CI_PROJECT_PATH): repo CI_PROJECT_PATH, branch
-//     CI_COMMIT_REF_NAME, build CI_PIPELINE_IID, run CI_JOB_ID;
+//     CI_COMMIT_REF_NAME, build CI_PIPELINE_IID (counted per project: no
+//     workflow), run CI_JOB_ID;
 //   - Tekton and Jenkins X (REPO_OWNER and REPO_NAME): repo
-//     REPO_OWNER/REPO_NAME, branch BRANCH_NAME, build BUILD_NUMBER, run
-//     BUILDLOCK_JOB (the Tekton Task passes its TaskRun's name), else the
-//     pod's UID (POD_UID), else its name;
+//     REPO_OWNER/REPO_NAME, branch BRANCH_NAME, build BUILD_NUMBER,
+//     workflow JOB_NAME (Jenkins X's job), run BUILDLOCK_JOB (the Tekton
+//     Task passes its TaskRun's name), else the pod's UID (POD_UID), else
+//     its name;
 //   - Jenkins (JENKINS_URL, or JOB_NAME with BUILD_NUMBER): repo from
 //     JOB_NAME (a multibranch job's trailing branch segment dropped, a
 //     single-segment job name prefixed with "jenkins/"), branch BRANCH_NAME
-//     or else GIT_BRANCH without "origin/", build BUILD_NUMBER, run
+//     or else GIT_BRANCH without "origin/", build BUILD_NUMBER (counted per
+//     job), workflow JOB_NAME without that branch segment (the job), run
 //     BUILD_TAG/STAGE_NAME/<8 hex digits of a hash of NODE_NAME and
 //     WORKSPACE>, so that parallel stages, and parallel branches on
 //     workspaces of their own, are runs of their own.
@@ -68,6 +76,9 @@ type CI struct {
 // Without any of them (a step that passes the build as flags, as the
 // Tekton Task does), the run is BUILDLOCK_JOB, else the pod's UID, else
 // its name, as for Tekton.
+//
+// BUILDLOCK_WORKFLOW, when set, is the workflow (the Tekton Task passes its
+// pipeline's name), whatever the CI system.
 //
 // BUILDLOCK_JOB, when set, tells this job from the other jobs of the same
 // CI run that share its variables: GitHub exposes none for a matrix entry,
@@ -101,6 +112,7 @@ func DetectCI(env map[string]string) CI {
 		ci.RunID = joinRunID(ci.RunID, job)
 	}
 	ci.RunID = boundRunID(cmp.Or(get("BUILDLOCK_RUN_ID"), ci.RunID))
+	ci.Workflow = boundWorkflow(cmp.Or(get("BUILDLOCK_WORKFLOW"), ci.Workflow))
 	ci.StateDir = cmp.Or(get("BUILDLOCK_STATE_DIR"), get("RUNNER_TEMP"), get("WORKSPACE_TMP"))
 	return ci
 }
@@ -111,6 +123,9 @@ func detectSystem(get func(string) string) CI {
 	switch {
 	case get("GITHUB_ACTIONS") == "true" || get("GITHUB_REPOSITORY") != "":
 		ci := CI{System: CIGitHubActions, Repo: get("GITHUB_REPOSITORY"), Branch: get("GITHUB_REF_NAME"), Build: parseBuild(get("GITHUB_RUN_NUMBER"))}
+		// "acme/shop/.github/workflows/deploy.yml@refs/heads/main": the
+		// workflow's path, whatever ref ran it.
+		ci.Workflow, _, _ = strings.Cut(get("GITHUB_WORKFLOW_REF"), "@")
 		if id := get("GITHUB_RUN_ID"); id != "" {
 			ci.RunID = joinRunID(id+"-"+cmp.Or(get("GITHUB_RUN_ATTEMPT"), "1"), get("GITHUB_JOB"))
 		}
@@ -118,13 +133,15 @@ func detectSystem(get func(string) string) CI {
 	case get("GITLAB_CI") == "true" || get("CI_PROJECT_PATH") != "":
 		return CI{System: CIGitLab, Repo: get("CI_PROJECT_PATH"), Branch: get("CI_COMMIT_REF_NAME"), Build: parseBuild(get("CI_PIPELINE_IID")), RunID: get("CI_JOB_ID")}
 	case get("REPO_OWNER") != "" && get("REPO_NAME") != "":
-		return CI{System: CITekton, Repo: get("REPO_OWNER") + "/" + get("REPO_NAME"), Branch: get("BRANCH_NAME"), Build: parseBuild(get("BUILD_NUMBER"))}
+		return CI{System: CITekton, Repo: get("REPO_OWNER") + "/" + get("REPO_NAME"), Branch: get("BRANCH_NAME"), Build: parseBuild(get("BUILD_NUMBER")),
+			Workflow: get("JOB_NAME")}
 	case get("JENKINS_URL") != "" || (get("JOB_NAME") != "" && get("BUILD_NUMBER") != ""):
 		branch := get("BRANCH_NAME")
 		if branch == "" {
 			branch = strings.TrimPrefix(get("GIT_BRANCH"), "origin/")
 		}
-		ci := CI{System: CIJenkins, Repo: jenkinsRepo(get("JOB_NAME"), branch), Branch: branch, Build: parseBuild(get("BUILD_NUMBER"))}
+		ci := CI{System: CIJenkins, Repo: jenkinsRepo(get("JOB_NAME"), branch), Branch: branch, Build: parseBuild(get("BUILD_NUMBER")),
+			Workflow: jenkinsJob(get("JOB_NAME"), branch)}
 		if tag := get("BUILD_TAG"); tag != "" {
 			var workspace string
 			if ws := get("WORKSPACE"); ws != "" {
@@ -212,6 +229,42 @@ func jenkinsRepo(job, branch string) string {
 		return "jenkins/" + kept[0]
 	}
 	return strings.Join(kept, "/")
+}
+
+// jenkinsJob is the Jenkins job that counts a build's number: JOB_NAME,
+// without a multibranch job's trailing branch segment (each branch of a
+// multibranch project counts on its own, and the branch is the line's
+// already).
+func jenkinsJob(job, branch string) string {
+	if head, last, ok := cutLast(job, "/"); ok && branch != "" {
+		if decoded, err := url.PathUnescape(last); err == nil && decoded == branch {
+			return head
+		}
+	}
+	return job
+}
+
+// cutLast slices s around the last sep.
+func cutLast(s, sep string) (before, after string, found bool) {
+	if i := strings.LastIndex(s, sep); i >= 0 {
+		return s[:i], s[i+len(sep):], true
+	}
+	return s, "", false
+}
+
+// boundWorkflow makes a CI system's workflow a valid spec.workflow: one
+// longer than buildlockv1.MaxWorkflowLength becomes its end (the file or
+// job name) behind 8 hex digits of a hash of the whole; one with control
+// characters, that hash alone.
+func boundWorkflow(w string) string {
+	runes := []rune(w)
+	switch {
+	case w != "" && !branchPattern.MatchString(w):
+		return identityHash(w)
+	case len(runes) > buildlockv1.MaxWorkflowLength:
+		return identityHash(w) + "-" + string(runes[len(runes)-buildlockv1.MaxWorkflowLength+9:])
+	}
+	return w
 }
 
 // sanitizeRepoSegment turns every run of characters other than letters,

@@ -37,6 +37,20 @@ func TestDetectCI(t *testing.T) {
 			env:  map[string]string{"GITHUB_REPOSITORY": "acme/shop", "GITHUB_REF_NAME": "main", "GITHUB_RUN_NUMBER": "42", "GITHUB_RUN_ID": "987"},
 			want: CI{System: CIGitHubActions, Repo: "acme/shop", Branch: "main", Build: 42, RunID: "987-1"},
 		},
+		"a GitHub workflow is GITHUB_WORKFLOW_REF without its ref: run numbers count per workflow": {
+			env: map[string]string{"GITHUB_ACTIONS": "true", "GITHUB_REPOSITORY": "acme/shop", "GITHUB_REF_NAME": "main", "GITHUB_RUN_NUMBER": "12",
+				"GITHUB_WORKFLOW_REF": "acme/shop/.github/workflows/hotfix.yml@refs/heads/main"},
+			want: CI{System: CIGitHubActions, Repo: "acme/shop", Branch: "main", Build: 12, Workflow: "acme/shop/.github/workflows/hotfix.yml"},
+		},
+		"BUILDLOCK_WORKFLOW is the workflow, whatever the CI system": {
+			env: map[string]string{"REPO_OWNER": "acme", "REPO_NAME": "shop", "BRANCH_NAME": "main", "BUILD_NUMBER": "3",
+				"BUILDLOCK_WORKFLOW": "shop-release", "BUILDLOCK_JOB": "shop-run-7-deploy"},
+			want: CI{System: CITekton, Repo: "acme/shop", Branch: "main", Build: 3, Workflow: "shop-release", RunID: "shop-run-7-deploy"},
+		},
+		"a workflow with control characters is replaced by a hash of it": {
+			env:  map[string]string{"GITLAB_CI": "true", "CI_PROJECT_PATH": "acme/shop", "CI_PIPELINE_IID": "3", "BUILDLOCK_WORKFLOW": "a\x1b[2Jb"},
+			want: CI{System: CIGitLab, Repo: "acme/shop", Build: 3, Workflow: identityHash("a\x1b[2Jb")},
+		},
 		"a GitLab run is its job": {
 			env: map[string]string{"GITLAB_CI": "true", "CI_PROJECT_PATH": "acme/shop", "CI_COMMIT_REF_NAME": "main",
 				"CI_PIPELINE_IID": "311", "CI_JOB_ID": "4455"},
@@ -45,13 +59,13 @@ func TestDetectCI(t *testing.T) {
 		"a Jenkins run is its build tag": {
 			env: map[string]string{"JENKINS_URL": "https://ci.example.com/", "JOB_NAME": "acme/shop/main", "BRANCH_NAME": "main",
 				"BUILD_NUMBER": "19", "BUILD_TAG": "jenkins-acme-shop-main-19"},
-			want: CI{System: CIJenkins, Repo: "acme/shop", Branch: "main", Build: 19, RunID: "jenkins-acme-shop-main-19"},
+			want: CI{System: CIJenkins, Repo: "acme/shop", Branch: "main", Build: 19, Workflow: "acme/shop", RunID: "jenkins-acme-shop-main-19"},
 		},
 		"a Jenkins stage is its build tag, its stage and its node's workspace": {
 			env: map[string]string{"JENKINS_URL": "https://ci.example.com/", "JOB_NAME": "acme/shop/main", "BRANCH_NAME": "main",
 				"BUILD_NUMBER": "19", "BUILD_TAG": "jenkins-acme-shop-main-19", "STAGE_NAME": "Deploy to staging",
 				"NODE_NAME": "agent-1", "WORKSPACE": "/ws/acme_shop_main@2", "WORKSPACE_TMP": "/ws/acme_shop_main@2@tmp"},
-			want: CI{System: CIJenkins, Repo: "acme/shop", Branch: "main", Build: 19,
+			want: CI{System: CIJenkins, Repo: "acme/shop", Branch: "main", Build: 19, Workflow: "acme/shop",
 				RunID:    "jenkins-acme-shop-main-19/Deploy to staging/" + identityHash("agent-1", "/ws/acme_shop_main@2"),
 				StateDir: "/ws/acme_shop_main@2@tmp"},
 		},
@@ -70,7 +84,7 @@ func TestDetectCI(t *testing.T) {
 		},
 		"a long build tag is shortened with a hash": {
 			env:  map[string]string{"JENKINS_URL": "x", "JOB_NAME": "a/b", "BUILD_NUMBER": "1", "BUILD_TAG": strings.Repeat("t", 200)},
-			want: CI{System: CIJenkins, Repo: "a/b", Build: 1, RunID: strings.Repeat("t", 119) + "-" + identityHash(strings.Repeat("t", 200))},
+			want: CI{System: CIJenkins, Repo: "a/b", Build: 1, Workflow: "a/b", RunID: strings.Repeat("t", 119) + "-" + identityHash(strings.Repeat("t", 200))},
 		},
 		"a Tekton run is its pod's UID": {
 			env: map[string]string{"REPO_OWNER": "acme", "REPO_NAME": "shop", "BRANCH_NAME": "main", "BUILD_NUMBER": "3",
@@ -96,11 +110,11 @@ func TestDetectCI(t *testing.T) {
 		"a Jenkins multibranch job drops its branch segment": {
 			env: map[string]string{"JENKINS_URL": "https://ci.example.com/", "JOB_NAME": "acme/shop/feature%2Fcart",
 				"BRANCH_NAME": "feature/cart", "BUILD_NUMBER": "19"},
-			want: CI{System: CIJenkins, Repo: "acme/shop", Branch: "feature/cart", Build: 19},
+			want: CI{System: CIJenkins, Repo: "acme/shop", Branch: "feature/cart", Build: 19, Workflow: "acme/shop"},
 		},
 		"a plain Jenkins job takes its branch from GIT_BRANCH": {
 			env:  map[string]string{"JENKINS_URL": "https://ci.example.com/", "JOB_NAME": "Deploy Shop", "GIT_BRANCH": "origin/main", "BUILD_NUMBER": "5"},
-			want: CI{System: CIJenkins, Repo: "jenkins/Deploy-Shop", Branch: "main", Build: 5},
+			want: CI{System: CIJenkins, Repo: "jenkins/Deploy-Shop", Branch: "main", Build: 5, Workflow: "Deploy Shop"},
 		},
 		"GitHub wins over variables that a Jenkins agent left": {
 			env: map[string]string{"GITHUB_REPOSITORY": "acme/shop", "GITHUB_REF_NAME": "main", "GITHUB_RUN_NUMBER": "1",

@@ -23,10 +23,19 @@ type Claim struct {
 	// Target is the namespace the build deploys into.
 	Target string
 	// Repo (owner/name), Branch and Build identify the build; a higher Build
-	// of the same Repo and Branch is newer.
+	// of the same Repo, Branch and Workflow is newer.
 	Repo   string
 	Branch string
 	Build  int64
+	// Workflow is what the CI system numbers builds in, when that is less
+	// than the repository (spec.workflow): a GitHub workflow, a Jenkins job,
+	// a Tekton pipeline. Builds of two workflows are never compared. Empty:
+	// the line is Repo and Branch alone.
+	Workflow string
+	// Rollback, when set, makes the claim a rollback on purpose
+	// (spec.rollback): it may deploy a build at or below one of its line
+	// that already deployed, if the target's policy allows it.
+	Rollback *buildlockv1.Rollback
 	// PodName (and optionally PodUID) name the pipeline's pod in Namespace.
 	// While it runs the build is alive. Empty for a pod-less claim, which
 	// Acquire keeps alive by renewing it.
@@ -128,6 +137,17 @@ func (c Claim) validateBuild() []error {
 	if c.Build < 1 || c.Build > buildlockv1.MaxBuild {
 		errs = append(errs, fmt.Errorf("build must be a build number from 1 to %d, not %d", int64(buildlockv1.MaxBuild), c.Build))
 	}
+	switch n := utf8.RuneCountInString(c.Workflow); {
+	case n > buildlockv1.MaxWorkflowLength:
+		errs = append(errs, fmt.Errorf("workflow must be at most %d characters, not %d", buildlockv1.MaxWorkflowLength, n))
+	case c.Workflow != "" && !branchPattern.MatchString(c.Workflow):
+		errs = append(errs, fmt.Errorf("workflow %q must not contain control characters or Unicode bidirectional overrides", c.Workflow))
+	}
+	if c.Rollback != nil {
+		if err := validateText(c.Rollback.Reason, buildlockv1.MaxRollbackReasonLength); err != nil {
+			errs = append(errs, fmt.Errorf("rollback reason: %w", err))
+		}
+	}
 	return errs
 }
 
@@ -182,11 +202,15 @@ func (c Claim) BuildLock() *buildlockv1.BuildLock {
 		TypeMeta:   metav1.TypeMeta{APIVersion: buildlockv1.GroupVersion.String(), Kind: "BuildLock"},
 		ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: Name(c)},
 		Spec: buildlockv1.BuildLockSpec{
-			Target: c.Target,
-			Repo:   c.Repo,
-			Branch: c.Branch,
-			Build:  c.Build,
+			Target:   c.Target,
+			Repo:     c.Repo,
+			Branch:   c.Branch,
+			Workflow: c.Workflow,
+			Build:    c.Build,
 		},
+	}
+	if c.Rollback != nil {
+		bl.Spec.Rollback = &buildlockv1.Rollback{Reason: c.Rollback.Reason}
 	}
 	if c.RunID != "" {
 		bl.Annotations = map[string]string{buildlockv1.RunIDAnnotation: c.RunID}
@@ -204,12 +228,12 @@ func (c Claim) BuildLock() *buildlockv1.BuildLock {
 }
 
 // sameClaim reports whether the existing BuildLock claims what c claims: the
-// same target, repo, branch, build and pod, and the same timestamp and
-// expiresAfter where c sets them. It says nothing about whose claim it is
-// (see owns).
+// same target, repo, branch, workflow, build, rollback and pod, and the
+// same timestamp and expiresAfter where c sets them. It says nothing about
+// whose claim it is (see owns).
 func sameClaim(existing *buildlockv1.BuildLock, c Claim) bool {
 	s := existing.Spec
-	if s.Target != c.Target || s.Repo != c.Repo || s.Branch != c.Branch || s.Build != c.Build {
+	if !sameBuild(s, c) {
 		return false
 	}
 	switch {
@@ -227,6 +251,13 @@ func sameClaim(existing *buildlockv1.BuildLock, c Claim) bool {
 	return true
 }
 
+// sameBuild reports whether spec s claims c's target for c's build: the
+// same repo, branch, workflow and build, and the same rollback, if any.
+func sameBuild(s buildlockv1.BuildLockSpec, c Claim) bool {
+	return s.Target == c.Target && s.Repo == c.Repo && s.Branch == c.Branch && s.Workflow == c.Workflow && s.Build == c.Build &&
+		(s.Rollback == nil) == (c.Rollback == nil) && (s.Rollback == nil || *s.Rollback == *c.Rollback)
+}
+
 // ownsByPod reports whether the existing BuildLock names this run's pod by
 // UID: the pod is the job, whichever process of it created the claim.
 func (c Claim) ownsByPod(existing *buildlockv1.BuildLock) bool {
@@ -235,9 +266,18 @@ func (c Claim) ownsByPod(existing *buildlockv1.BuildLock) bool {
 }
 
 // Describe names bl's build and target, for messages: "build 42 of
-// acme/shop@main on staging".
+// acme/shop@main on staging", with " (workflow W)" after the branch for a
+// claim of a workflow, and ", a rollback" for a rollback.
 func Describe(bl *buildlockv1.BuildLock) string {
-	return fmt.Sprintf("build %d of %s@%s on %s", bl.Spec.Build, bl.Spec.Repo, bl.Spec.Branch, bl.Spec.Target)
+	s := fmt.Sprintf("build %d of %s@%s", bl.Spec.Build, bl.Spec.Repo, bl.Spec.Branch)
+	if w := bl.Spec.Workflow; w != "" {
+		s += " (workflow " + w + ")"
+	}
+	s += " on " + bl.Spec.Target
+	if bl.Spec.Rollback != nil {
+		s += ", a rollback"
+	}
+	return s
 }
 
 // RunIDOf returns the run id a BuildLock carries, "" if none.

@@ -72,6 +72,16 @@ var validationCases = map[string]struct {
 	"an explicit name of 254 characters":         {change: func(c *Claim) { c.Name = strings.Repeat("n", 254) }, wantErr: "must be no more than 253 characters"},
 	"every wrong field is named in one error":    {change: func(c *Claim) { c.Repo, c.Build = "", -1 }, wantErr: "repo must not be empty"},
 	"an out-of-zone year 10000 is still refused": {change: func(c *Claim) { c.Timestamp = time.Date(9999, 12, 31, 23, 0, 0, 0, time.FixedZone("", -2*3600)) }, wantErr: "years 1 and 9999"},
+	"a GitHub workflow is valid":                 {change: func(c *Claim) { c.Workflow = "acme/shop/.github/workflows/deploy.yml" }},
+	"a workflow of 255 characters is valid":      {change: func(c *Claim) { c.Workflow = strings.Repeat("w", 255) }},
+	"a workflow of 256 characters":               {change: func(c *Claim) { c.Workflow = strings.Repeat("w", 256) }, wantErr: "workflow must be at most 255 characters"},
+	"a workflow with a newline":                  {change: func(c *Claim) { c.Workflow = "deploy\nx" }, wantErr: "control characters"},
+	"a rollback with a reason is valid":          {change: func(c *Claim) { c.Rollback = &buildlockv1.Rollback{Reason: "INC-7: 42 breaks checkout"} }},
+	"a rollback reason of 256 characters":        {change: func(c *Claim) { c.Rollback = &buildlockv1.Rollback{Reason: strings.Repeat("é", 256)} }},
+	"a rollback without a reason":                {change: func(c *Claim) { c.Rollback = &buildlockv1.Rollback{} }, wantErr: "rollback reason: say why"},
+	"a rollback with a blank reason":             {change: func(c *Claim) { c.Rollback = &buildlockv1.Rollback{Reason: "  "} }, wantErr: "rollback reason: say why"},
+	"a rollback reason of 257 characters":        {change: func(c *Claim) { c.Rollback = &buildlockv1.Rollback{Reason: strings.Repeat("é", 257)} }, wantErr: "257 characters"},
+	"a rollback reason with a newline":           {change: func(c *Claim) { c.Rollback = &buildlockv1.Rollback{Reason: "a\nb"} }, wantErr: "control characters"},
 }
 
 func TestValidate(t *testing.T) {

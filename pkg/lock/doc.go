@@ -13,7 +13,7 @@
 //	})
 //	switch {
 //	case errors.Is(err, lock.ErrSuperseded):
-//		return nil // a newer build will deploy; this one stops here
+//		return err // this build must not deploy: err says why, and what to do
 //	case err != nil:
 //		return err
 //	}
@@ -25,6 +25,13 @@
 // [ErrTimeout] ([*TimeoutError]), [ErrClaimedByAnotherRun]
 // ([*ClaimedByAnotherRunError]), [ErrLost] ([*LostError]),
 // [ErrInvalidClaim], [ErrNameTaken], [ErrNoHolder] and [ErrInvalidReason].
+//
+// A Claim's Workflow puts it on its CI workflow's line (builds of two
+// workflows are never compared), and its Rollback makes it a rollback on
+// purpose (spec.rollback): it may deploy a build at or below one that
+// already deployed, where the target's policy allows it. A re-run of a
+// build (the same number, another run) is granted like any build once the
+// earlier run's claim has ended.
 //
 // A claim belongs to the job that created it: a BuildLock carries its
 // job's run id (buildlockv1.RunIDAnnotation) and the hash of a secret that

@@ -50,7 +50,9 @@ func ReleaseName(ctx context.Context, c client.Client, namespace, name string) (
 type BuildRef struct {
 	Namespace, Target string
 	Repo, Branch      string
-	Build             int64
+	// Workflow is the build's spec.workflow (empty for claims without one).
+	Workflow string
+	Build    int64
 	// RunID, when set, narrows the claims to those of this run (their
 	// buildlockv1.RunIDAnnotation) that this job can prove it made: they
 	// name its pod by UID (PodUID), or its proof in StateDir proves them
@@ -90,7 +92,7 @@ func ReleaseBuild(ctx context.Context, c client.Client, b BuildRef) (released []
 	for i := range claims {
 		bl := &claims[i]
 		switch {
-		case bl.Spec.Repo != b.Repo || bl.Spec.Branch != b.Branch || bl.Spec.Build != b.Build:
+		case bl.Spec.Repo != b.Repo || bl.Spec.Branch != b.Branch || bl.Spec.Workflow != b.Workflow || bl.Spec.Build != b.Build:
 			continue
 		case !mine(bl):
 			others = append(others, *bl)
@@ -130,13 +132,23 @@ const EventReasonForceRelease = "ForceRelease"
 // buildlockv1.MaxForceReleaseReasonLength characters, no control
 // characters. The error wraps ErrInvalidReason.
 func ValidateReason(reason string) error {
-	switch n := utf8.RuneCountInString(reason); {
-	case strings.TrimSpace(reason) == "":
-		return fmt.Errorf("%w: say why the hold must end", ErrInvalidReason)
-	case n > buildlockv1.MaxForceReleaseReasonLength:
-		return fmt.Errorf("%w: %d characters, more than the %d allowed", ErrInvalidReason, n, buildlockv1.MaxForceReleaseReasonLength)
-	case !branchPattern.MatchString(reason):
-		return fmt.Errorf("%w: it must not contain control characters (newlines, tabs, escape sequences)", ErrInvalidReason)
+	if err := validateText(reason, buildlockv1.MaxForceReleaseReasonLength); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidReason, err)
+	}
+	return nil
+}
+
+// validateText checks free text that people read in messages and audits
+// (a force-release's or a rollback's reason): not blank, at most limit
+// characters, no control characters.
+func validateText(text string, limit int) error {
+	switch n := utf8.RuneCountInString(text); {
+	case strings.TrimSpace(text) == "":
+		return errors.New("say why")
+	case n > limit:
+		return fmt.Errorf("%d characters, more than the %d allowed", n, limit)
+	case !branchPattern.MatchString(text):
+		return errors.New("it must not contain control characters (newlines, tabs, escape sequences)")
 	}
 	return nil
 }

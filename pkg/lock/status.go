@@ -3,9 +3,11 @@ package lock
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -30,16 +32,25 @@ type Summary struct {
 	// Claims are all the lock's claims, the finished ones included, newest
 	// first.
 	Claims []ClaimSummary `json:"claims"`
+	// Audit is the lock's grant record's audit of notable events, oldest
+	// first (buildlockv1.AuditAnnotation): force-releases, rollbacks and
+	// overrides, with who and why. It outlives the claims: a lock that has
+	// none left but an audit is summarized too. Empty when the grant Lease
+	// could not be read.
+	Audit []buildlockv1.AuditEntry `json:"audit,omitempty"`
 }
 
 // ClaimSummary is one claim in a Summary.
 type ClaimSummary struct {
-	Name   string `json:"name"`
-	Repo   string `json:"repo"`
-	Branch string `json:"branch"`
-	Build  int64  `json:"build"`
-	Pod    string `json:"pod,omitempty"`
-	RunID  string `json:"runID,omitempty"`
+	Name     string `json:"name"`
+	Repo     string `json:"repo"`
+	Branch   string `json:"branch"`
+	Workflow string `json:"workflow,omitempty"`
+	Build    int64  `json:"build"`
+	Pod      string `json:"pod,omitempty"`
+	RunID    string `json:"runID,omitempty"`
+	// Rollback is the claim's spec.rollback, when it is a rollback.
+	Rollback *buildlockv1.Rollback `json:"rollback,omitempty"`
 	// Phase is Pending for a claim the operator has not decided on yet.
 	Phase        buildlockv1.Phase `json:"phase"`
 	Reason       string            `json:"reason,omitempty"`
@@ -64,7 +75,9 @@ type ClaimSummary struct {
 // read (no right to, or no BuildLockPolicy CRD) leave Ordering empty and
 // are reported to the WithErrorHandler option; other errors fail.
 //
-// c needs list on buildlocks, and get and list on buildlockpolicies.
+// c needs list on buildlocks, get and list on buildlockpolicies, and get and
+// list on leases (the grant Leases' audits; without them the audits are left
+// out and reported to the WithErrorHandler option).
 func Status(ctx context.Context, c client.Reader, namespace, target string, opts ...Option) ([]Summary, error) {
 	o := newOptions(opts)
 	claims, err := listClaims(ctx, c, namespace, target)
@@ -155,8 +168,9 @@ func Summarize(claims []buildlockv1.BuildLock, policies []buildlockv1.BuildLockP
 
 func claimSummaryOf(bl *buildlockv1.BuildLock) ClaimSummary {
 	c := ClaimSummary{
-		Name: bl.Name, Repo: bl.Spec.Repo, Branch: bl.Spec.Branch, Build: bl.Spec.Build, RunID: RunIDOf(bl),
-		Phase: phaseOf(bl), Reason: bl.Status.Reason, Message: bl.Status.Message,
+		Name: bl.Name, Repo: bl.Spec.Repo, Branch: bl.Spec.Branch, Workflow: bl.Spec.Workflow, Build: bl.Spec.Build, RunID: RunIDOf(bl),
+		Rollback: bl.Spec.Rollback,
+		Phase:    phaseOf(bl), Reason: bl.Status.Reason, Message: bl.Status.Message,
 		FencingToken: bl.Status.FencingToken, Created: bl.CreationTimestamp,
 		AcquiredAt: bl.Status.AcquiredAt, ExpiresAt: bl.Status.ExpiresAt, QueuedAt: bl.Status.QueuedAt,
 		SupersededBy: bl.Status.SupersededBy,
@@ -277,6 +291,88 @@ func placeOf(claims []*buildlockv1.BuildLock, bl *buildlockv1.BuildLock) *Place 
 		p.Holder, p.Token = h.Name, h.Status.FencingToken
 	}
 	return p
+}
+
+// addAudits gives each lock of locks the audit of its grant Lease, and adds
+// a summary for a lock that has an audit but no claims left. Leases that
+// cannot be read (a role from before pipelines could read them) leave the
+// audits out, and are reported to onError.
+func addAudits(ctx context.Context, c client.Reader, namespace, target string, locks []Summary, policies []buildlockv1.BuildLockPolicy, onError func(error)) []Summary {
+	leases, err := readGrantLeases(ctx, c, namespace, target)
+	if err != nil {
+		onError(fmt.Errorf("%w; the audits of endings are not shown", err))
+		return locks
+	}
+	byLock := map[types.NamespacedName]int{}
+	for i, l := range locks {
+		byLock[types.NamespacedName{Namespace: l.Namespace, Name: l.Target}] = i
+	}
+	added := false
+	for _, lease := range leases {
+		var audit []buildlockv1.AuditEntry
+		s := lease.Annotations[buildlockv1.AuditAnnotation]
+		if s == "" || json.Unmarshal([]byte(s), &audit) != nil || len(audit) == 0 {
+			continue
+		}
+		key := types.NamespacedName{Namespace: lease.Namespace, Name: lease.Labels[targetLabel]}
+		if i, ok := byLock[key]; ok {
+			locks[i].Audit = audit
+			continue
+		}
+		if key.Name == "" {
+			continue
+		}
+		locks = append(locks, Summary{Namespace: key.Namespace, Target: key.Name, Ordering: orderingOf(policies, key), Audit: audit})
+		added = true
+	}
+	if added {
+		slices.SortFunc(locks, func(a, b Summary) int {
+			return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Target, b.Target))
+		})
+	}
+	return locks
+}
+
+// targetLabel on a grant Lease names its target.
+const targetLabel = "buildlock.io/target"
+
+// readGrantLeases reads the grant Lease of target, or all of namespace's
+// ("" for every namespace) when target is "".
+func readGrantLeases(ctx context.Context, c client.Reader, namespace, target string) ([]coordinationv1.Lease, error) {
+	if target != "" && namespace != "" {
+		var lease coordinationv1.Lease
+		err := c.Get(ctx, types.NamespacedName{Namespace: namespace, Name: buildlockv1.GrantLeaseName(target)}, &lease)
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil, nil
+		case err != nil:
+			return nil, fmt.Errorf("reading the grant Lease of %s in %s: %w", target, namespace, err)
+		}
+		return []coordinationv1.Lease{lease}, nil
+	}
+	var list coordinationv1.LeaseList
+	opts := []client.ListOption{client.InNamespace(namespace), client.MatchingLabels{"app.kubernetes.io/managed-by": "buildlock"}}
+	if target != "" {
+		opts = append(opts, client.MatchingLabels{targetLabel: target})
+	}
+	if err := c.List(ctx, &list, opts...); err != nil {
+		return nil, fmt.Errorf("listing the grant Leases %s: %w", inNamespace(namespace), err)
+	}
+	return list.Items, nil
+}
+
+// orderingOf is the ordering of lock key under policies (NewestWins
+// without one; empty when policies could not be read, nil).
+func orderingOf(policies []buildlockv1.BuildLockPolicy, key types.NamespacedName) buildlockv1.Ordering {
+	if policies == nil {
+		return ""
+	}
+	for _, p := range policies {
+		if p.Namespace == key.Namespace && p.Name == key.Name {
+			return cmp.Or(p.Spec.Ordering, buildlockv1.OrderingNewestWins)
+		}
+	}
+	return buildlockv1.OrderingNewestWins
 }
 
 func forTarget(target string) string {

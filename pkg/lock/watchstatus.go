@@ -55,11 +55,15 @@ func WatchStatus(ctx context.Context, c client.WithWatch, namespace, target stri
 }
 
 // summarizeWithPolicies is Summarize with the policies read as Status reads
-// them: ones that cannot be read leave the ordering empty.
+// them (ones that cannot be read leave the ordering empty),
+// and the grant Leases' audits added (addAudits).
 func summarizeWithPolicies(ctx context.Context, c client.Reader, namespace, target string, claims []buildlockv1.BuildLock, o options) ([]Summary, error) {
 	policies, err := readPolicies(ctx, c, namespace, target)
 	if err == nil {
-		return Summarize(claims, policies), nil
+		if policies == nil {
+			policies = []buildlockv1.BuildLockPolicy{} // read: none
+		}
+		return addAudits(ctx, c, namespace, target, Summarize(claims, policies), policies, o.onError), nil
 	}
 	if !apierrors.IsForbidden(err) && !apierrors.IsNotFound(err) && !meta.IsNoMatchError(err) {
 		return nil, err
@@ -69,5 +73,5 @@ func summarizeWithPolicies(ctx context.Context, c client.Reader, namespace, targ
 	for i := range locks {
 		locks[i].Ordering = ""
 	}
-	return locks, nil
+	return addAudits(ctx, c, namespace, target, locks, nil, o.onError), nil
 }

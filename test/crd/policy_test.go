@@ -57,7 +57,19 @@ var _ = Describe("BuildLockPolicy validation", Label("validation"), func() {
 		Entry("with a maxHold over a week", set("spec.maxHold", "169h"), "spec.maxHold", msgMaxHold),
 		Entry("with a maxHold in days", set("spec.maxHold", "1d"), "spec.maxHold", msgMaxHold),
 		Entry("with a maxHold that overflows", set("spec.maxHold", "9999999999h"), "spec.maxHold", msgMaxHold),
+		Entry("with a service account given as a user name", set("spec.enforce", map[string]any{"serviceAccounts": []any{"system:serviceaccount:ci:pipeline"}}),
+			"spec.enforce.serviceAccounts", "must name service accounts of this namespace"),
+		Entry("with unknown re-runs", set("spec.reruns", "Sometimes"), "spec.reruns", "Unsupported value", "Allowed", "Refused"),
+		Entry("with unknown rollbacks", set("spec.rollbacks", "Pipelines"), "spec.rollbacks", "Unsupported value", "Anyone", "PeopleOnly", "Nobody"),
 	)
+
+	It("defaults re-runs to Allowed and rollbacks to Anyone", func() {
+		Expect(create(func(*unstructured.Unstructured) {})).To(Succeed())
+		var p buildlockv1alpha1.BuildLockPolicy
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "staging"}, &p)).To(Succeed())
+		Expect(p.Spec.Reruns).To(Equal(buildlockv1alpha1.RerunsAllowed))
+		Expect(p.Spec.Rollbacks).To(Equal(buildlockv1alpha1.RollbacksAnyone))
+	})
 
 	It("defaults the ordering to NewestWins and accepts every ordering and a maxHold", func() {
 		Expect(create(func(*unstructured.Unstructured) {})).To(Succeed())

@@ -184,7 +184,7 @@ var _ = Describe("BuildLockPolicy windows", Label("validation"), func() {
 		}), msgFrozenBy),
 		Entry("with a reason with a newline", window(weekend, with("reason", "freeze\nkubectl delete ns prod")), msgWindowReason),
 		Entry("with a reason of 257 characters", window(weekend, with("reason", strings.Repeat("r", 257))), "spec.windows[0].reason", "Too long"),
-		Entry("with a name that is no DNS label", window(weekend, with("name", "Weekend Freeze")), "spec.windows[0].name", "should match"),
+		Entry("with a name that is no DNS label", window(weekend, with("name", "Weekend Freeze")), "spec.windows[0].name", "must be a DNS-1123 label"),
 		Entry("with two windows of one name", set("spec.windows", []any{weekend(), func() map[string]any {
 			w := holiday()
 			w["name"] = "weekend"

@@ -120,6 +120,9 @@ func gitlabInterpolate(t *testing.T, given map[string]string) (map[string]any, e
 		if spec.Regex != "" && !regexp.MustCompile(spec.Regex).MatchString(v) {
 			errs = append(errs, fmt.Errorf("`%s` input: provided value does not match required RegEx pattern", name))
 		}
+		if spec.Type == "boolean" && v != "true" && v != "false" {
+			errs = append(errs, fmt.Errorf("`%s` input: provided value is not a boolean", name))
+		}
 		if spec.Options != nil && !slices.Contains(spec.Options, v) {
 			errs = append(errs, fmt.Errorf("`%s` input: `%s` cannot be used because it is not in the list of allowed options", name, v))
 		}
@@ -274,6 +277,7 @@ func TestGitLabComponentRefusesBadInputs(t *testing.T) {
 		"a namespace that is no name":    {change: map[string]string{"namespace": "ci$(id)"}, want: "`namespace` input"},
 		"an input the component lacks":   {change: map[string]string{"branch": "main"}, want: `unknown input "branch"`},
 		"an expires-after with no units": {change: map[string]string{"expires-after": "90"}, want: "`expires-after` input"},
+		"a rollback that is no boolean":  {change: map[string]string{"rollback": "yes"}, want: "`rollback` input: provided value is not a boolean"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			given := map[string]string{}

@@ -34,6 +34,12 @@ var jenkinsLine = regexp.MustCompile(`(?m)^(STAGE (.+): (passed|failed|skipped)|
 // ./deploy.sh; vars are the build's environment variables on top.
 func runJenkins(t *testing.T, s *stubs, vars map[string]string, env ...string) jenkinsRun {
 	t.Helper()
+	return runJenkinsfile(t, s, repoFile(t, "examples/jenkins/Jenkinsfile"), vars, env...)
+}
+
+// runJenkinsfile is runJenkins with the Jenkinsfile at path.
+func runJenkinsfile(t *testing.T, s *stubs, jenkinsfile string, vars map[string]string, env ...string) jenkinsRun {
+	t.Helper()
 	groovy := requireTool(t, "groovy")
 	workspace := t.TempDir()
 	s.deployScript(t, workspace)
@@ -51,7 +57,7 @@ func runJenkins(t *testing.T, s *stubs, vars map[string]string, env ...string) j
 	}
 	env = append(env, "JAVA_HOME="+javaHome(t))
 	code, out := runScript(t, []string{groovy}, mustRead(t, "test/examples/testdata/jenkins.groovy"),
-		[]string{repoFile(t, "vars/buildlock.groovy"), repoFile(t, "examples/jenkins/Jenkinsfile")}, workspace, s.env(env...))
+		[]string{repoFile(t, "vars/buildlock.groovy"), jenkinsfile}, workspace, s.env(env...))
 	if code != 0 {
 		t.Fatalf("groovy exited %d:\n%s", code, out)
 	}

@@ -204,8 +204,14 @@ func stubAcquire(c call) int {
 	switch code {
 	case 0:
 	case 3:
-		fmt.Fprintf(os.Stderr, "Superseded (SupersededByNewerBuild): Build 43 of acme/shop@main is newer and waits for %s; this build will not deploy.\n"+
-			"A newer build will deploy to %s; stopping without deploying (exit 3).\n", target, target)
+		// What the plugin prints when a higher build of the line already
+		// deployed: no newer build will deploy, and the integration must
+		// not say one will.
+		fmt.Fprintf(os.Stderr, "BuildLock ci/stub-%s was superseded: Build 43 of acme/shop@main already deployed: it held %s at "+
+			"2026-03-02T09:10:00Z, and a line never deploys backwards, so this older build 42 will not deploy. Stop this pipeline; "+
+			"to deploy build 42 again on purpose, roll back: kubectl buildlock acquire --rollback --reason \"...\" (spec.rollback).\n"+
+			"A higher build of this line already deployed. Stopping without deploying (exit 3), so that the rest of this pipeline "+
+			"does not run for this build.\n", target, target)
 		return code
 	default:
 		fmt.Fprintf(os.Stderr, "stub: acquire %s ends with exit code %d\n", target, code)

@@ -47,7 +47,7 @@ func TestTektonSampleTaskRunDeploys(t *testing.T) {
 	source := t.TempDir()
 	s.deployScript(t, source)
 	var out strings.Builder
-	results, ok := runTektonTask(t, s, task, run.Metadata.Name, given, source, nil, &out)
+	results, ok := runTektonTask(t, s, task, run.Metadata.Name, "", given, source, nil, &out)
 	calls := s.calls(t)
 	if !ok || results["fencing-token"] != stubToken+"\n" {
 		t.Fatalf("the TaskRun failed (results %v); output:\n%s", results, out.String())

@@ -26,7 +26,10 @@ import (
 //     TaskRun stops the PipelineRun from starting more tasks (finally tasks
 //     still run). A task whose when expressions are false is skipped.
 //   - Every step runs in the TaskRun's pod: $HOSTNAME is the pod's name and
-//     KUBERNETES_SERVICE_HOST is set, as the plugin expects in a pod.
+//     KUBERNETES_SERVICE_HOST is set, as the plugin expects in a pod. The
+//     downward API gives the pod's UID and its labels; Tekton labels a
+//     PipelineRun's pods tekton.dev/pipeline=<the Pipeline's name>, and a
+//     label the pod lacks is an empty value.
 
 type tektonMeta struct {
 	Name        string            `json:"name"`
@@ -237,7 +240,7 @@ func runTektonPipeline(t *testing.T, s *stubs, p tektonPipeline, tasks map[strin
 			t.Fatalf("pipeline task %s references Task %q, which the test did not load", pt.Name, pt.TaskRef.Name)
 		}
 		run.ran = append(run.ran, pt.Name)
-		taskResults, ok := runTektonTask(t, s, task, pt.Name, given, source, env, &run.output)
+		taskResults, ok := runTektonTask(t, s, task, pt.Name, p.Metadata.Name, given, source, env, &run.output)
 		for name, v := range taskResults {
 			results["tasks."+pt.Name+".results."+name] = v
 		}
@@ -286,9 +289,10 @@ func resolveParams(t *testing.T, what string, specs []tektonParamSpec, given map
 	}
 }
 
-// runTektonTask runs one TaskRun's steps in order and returns its results
-// and whether it succeeded.
-func runTektonTask(t *testing.T, s *stubs, task tektonTask, runName string, given map[string]any, source string, env []string, out *strings.Builder) (map[string]string, bool) {
+// runTektonTask runs one TaskRun's steps in order, in a TaskRun of
+// pipeline ("" for a TaskRun of its own), and returns its results and
+// whether it succeeded.
+func runTektonTask(t *testing.T, s *stubs, task tektonTask, runName, pipeline string, given map[string]any, source string, env []string, out *strings.Builder) (map[string]string, bool) {
 	t.Helper()
 	pvars, arrays := map[string]string{}, map[string][]string{}
 	resolveParams(t, "Task "+task.Metadata.Name, task.Spec.Params, given, pvars, arrays)
@@ -335,6 +339,8 @@ func runTektonTask(t *testing.T, s *stubs, task tektonTask, runName string, give
 				stepEnv = append(stepEnv, e.Name+"="+tektonSubst(e.Value, vars))
 			case e.ValueFrom.FieldRef.FieldPath == "metadata.uid":
 				stepEnv = append(stepEnv, e.Name+"="+tektonPodUID)
+			case e.ValueFrom.FieldRef.FieldPath == "metadata.labels['tekton.dev/pipeline']":
+				stepEnv = append(stepEnv, e.Name+"="+pipeline)
 			default:
 				t.Fatalf("step %s: env %s from %q, which the emulation does not know", step.Name, e.Name, e.ValueFrom.FieldRef.FieldPath)
 			}

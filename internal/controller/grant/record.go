@@ -61,11 +61,13 @@ const (
 // lineRecord is how a Grant.Lines entry is written in linesAnnotation
 // (arbiter.LineRecord.Size bounds its length).
 type lineRecord struct {
-	Repo   string    `json:"repo"`
-	Branch string    `json:"branch"`
-	Build  int64     `json:"build"`
-	HeldAt time.Time `json:"heldAt"`
-	Owner  string    `json:"owner,omitempty"`
+	Repo     string    `json:"repo"`
+	Branch   string    `json:"branch"`
+	Workflow string    `json:"workflow,omitempty"`
+	Build    int64     `json:"build"`
+	HeldAt   time.Time `json:"heldAt"`
+	Owner    string    `json:"owner,omitempty"`
+	Since    time.Time `json:"since,omitzero"`
 	// OwnerCI: the owner is a CI identity (arbiter.LineRecord.OwnerCI).
 	OwnerCI bool `json:"ownerCI,omitempty"`
 }
@@ -148,13 +150,13 @@ func Owned(lease *coordinationv1.Lease) bool {
 	return false
 }
 
-// setGrantAnnotations writes the grant's line records, ending and writer
+// setGrantAnnotations writes the grant's line records, ending, audit and writer
 // into the Lease's annotations (removing them when empty).
 func setGrantAnnotations(lease *coordinationv1.Lease, grant arbiter.Grant) error {
 	if lease.Annotations == nil {
 		lease.Annotations = map[string]string{}
 	}
-	for _, key := range []string{linesAnnotation, endedAnnotation, writerPodAnnotation, writerUserAnnotation, writerRunAnnotation} {
+	for _, key := range []string{linesAnnotation, endedAnnotation, buildlockv1.AuditAnnotation, writerPodAnnotation, writerUserAnnotation, writerRunAnnotation} {
 		delete(lease.Annotations, key)
 	}
 	if grant.Writer.PodUID != "" {
@@ -169,17 +171,26 @@ func setGrantAnnotations(lease *coordinationv1.Lease, grant arbiter.Grant) error
 	if len(grant.Lines) > 0 {
 		records := make([]lineRecord, len(grant.Lines))
 		for i, r := range grant.Lines {
-			records[i] = lineRecord{Repo: r.Repo, Branch: r.Branch, Build: r.Build, HeldAt: r.HeldAt.UTC(), Owner: r.Owner, OwnerCI: r.OwnerCI}
+			records[i] = lineRecord{Repo: r.Repo, Branch: r.Branch, Workflow: r.Workflow, Build: r.Build, HeldAt: r.HeldAt.UTC(),
+				Owner: r.Owner, OwnerCI: r.OwnerCI, Since: r.Since.UTC()}
 		}
-		// Without HTML escaping, as arbiter.LineRecord.Size counts: a
-		// string's byte takes at most two.
-		var b bytes.Buffer
-		enc := json.NewEncoder(&b)
-		enc.SetEscapeHTML(false)
-		if err := enc.Encode(records); err != nil {
+		s, err := encodeUnescaped(records)
+		if err != nil {
 			return fmt.Errorf("encoding the line records of Lease %s: %w", lease.Name, err)
 		}
-		lease.Annotations[linesAnnotation] = strings.TrimSuffix(b.String(), "\n")
+		lease.Annotations[linesAnnotation] = s
+	}
+	if len(grant.Audit) > 0 {
+		entries := make([]buildlockv1.AuditEntry, len(grant.Audit))
+		for i, e := range grant.Audit {
+			entries[i] = buildlockv1.AuditEntry{Kind: e.Kind, At: e.At.UTC(), Name: e.Name, Repo: e.Repo, Branch: e.Branch,
+				Workflow: e.Workflow, Build: e.Build, Token: e.Token, By: e.By, Reason: e.Reason, From: e.From, Owner: e.Owner}
+		}
+		s, err := encodeUnescaped(entries)
+		if err != nil {
+			return fmt.Errorf("encoding the audit of Lease %s: %w", lease.Name, err)
+		}
+		lease.Annotations[buildlockv1.AuditAnnotation] = s
 	}
 	if e := grant.Ended; e.Name != "" {
 		b, err := json.Marshal(endingRecord{Name: e.Name, UID: e.UID, Phase: string(e.Phase), Reason: e.Reason, At: e.At.UTC()})
@@ -192,6 +203,18 @@ func setGrantAnnotations(lease *coordinationv1.Lease, grant arbiter.Grant) error
 		lease.Annotations = nil
 	}
 	return nil
+}
+
+// encodeUnescaped is v as JSON without HTML escaping, as
+// arbiter.LineRecord.Size and arbiter.AuditEntry.Size count.
+func encodeUnescaped(v any) (string, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return "", err
+	}
+	return strings.TrimSuffix(b.String(), "\n"), nil
 }
 
 // FromLease reads the grant record; a nil Lease is a lock without one
@@ -219,7 +242,15 @@ func FromLease(lease *coordinationv1.Lease) arbiter.Grant {
 	var records []lineRecord
 	if s := lease.Annotations[linesAnnotation]; s != "" && json.Unmarshal([]byte(s), &records) == nil {
 		for _, r := range records {
-			g.Lines = append(g.Lines, arbiter.LineRecord{Repo: r.Repo, Branch: r.Branch, Build: r.Build, HeldAt: r.HeldAt, Owner: r.Owner, OwnerCI: r.OwnerCI})
+			g.Lines = append(g.Lines, arbiter.LineRecord{Repo: r.Repo, Branch: r.Branch, Workflow: r.Workflow, Build: r.Build,
+				HeldAt: r.HeldAt, Owner: r.Owner, OwnerCI: r.OwnerCI, Since: r.Since})
+		}
+	}
+	var entries []buildlockv1.AuditEntry
+	if s := lease.Annotations[buildlockv1.AuditAnnotation]; s != "" && json.Unmarshal([]byte(s), &entries) == nil {
+		for _, e := range entries {
+			g.Audit = append(g.Audit, arbiter.AuditEntry{Kind: e.Kind, At: e.At, Name: e.Name, Repo: e.Repo, Branch: e.Branch,
+				Workflow: e.Workflow, Build: e.Build, Token: e.Token, By: e.By, Reason: e.Reason, From: e.From, Owner: e.Owner})
 		}
 	}
 	var e endingRecord

@@ -67,6 +67,19 @@ func For(obj *buildlockv1.BuildLockPolicy, lock arbiter.Lock, defaults arbiter.P
 		return p
 	}
 	p.Arbiter.Ordering = ordering
+	rollbacks, ok := rollbackPolicies[obj.Spec.Rollbacks]
+	if !ok {
+		// Fail closed: an operator that does not know the value allows no
+		// rollback, rather than every one.
+		p.Arbiter.Rollbacks = arbiter.RollbacksNobody
+		p.Ready.Status, p.Ready.Reason = metav1.ConditionFalse, buildlockv1.ReasonInvalidPolicy
+		p.Ready.Message = fmt.Sprintf("spec.rollbacks %q is not a value this operator knows (Anyone, PeopleOnly or Nobody); "+
+			"target %s allows no rollbacks until the policy is fixed.", obj.Spec.Rollbacks, lock.Target)
+		return p
+	}
+	p.Arbiter.Rollbacks = rollbacks
+	// An unknown value fails closed too.
+	p.Arbiter.RefuseReruns = obj.Spec.Reruns != "" && obj.Spec.Reruns != buildlockv1.RerunsAllowed
 	if obj.Spec.MaxHold != nil {
 		p.Arbiter.MaxHold = obj.Spec.MaxHold.Duration
 	}
@@ -78,8 +91,29 @@ func For(obj *buildlockv1.BuildLockPolicy, lock arbiter.Lock, defaults arbiter.P
 		limit = "the operator's maximum hold of " + maxHold.String()
 	}
 	p.Ready.Status, p.Ready.Reason = metav1.ConditionTrue, buildlockv1.ReasonApplied
-	p.Ready.Message = fmt.Sprintf("BuildLocks for target %s follow the ordering %s, with %s.", lock.Target, ordering, limit)
+	reruns := "re-runs of the build that held last are allowed"
+	if p.Arbiter.RefuseReruns {
+		reruns = "re-runs are refused"
+	}
+	p.Ready.Message = fmt.Sprintf("BuildLocks for target %s follow the ordering %s, with %s; %s, and rollbacks are allowed for %s.",
+		lock.Target, ordering, limit, reruns, rollbackWho[p.Arbiter.Rollbacks])
 	return p
+}
+
+// rollbackPolicies maps the API's spec.rollbacks to the arbiter's; "" is
+// the default.
+var rollbackPolicies = map[buildlockv1.Rollbacks]arbiter.Rollbacks{
+	"":                              arbiter.Rollbacks(buildlockv1.DefaultRollbacks),
+	buildlockv1.RollbacksAnyone:     arbiter.RollbacksAnyone,
+	buildlockv1.RollbacksPeopleOnly: arbiter.RollbacksPeopleOnly,
+	buildlockv1.RollbacksNobody:     arbiter.RollbacksNobody,
+}
+
+// rollbackWho says whom each setting of spec.rollbacks allows rollbacks.
+var rollbackWho = map[arbiter.Rollbacks]string{
+	arbiter.RollbacksAnyone:     "anyone",
+	arbiter.RollbacksPeopleOnly: "people only (verified requesters that are not service accounts)",
+	arbiter.RollbacksNobody:     "nobody",
 }
 
 // orderings maps the API's orderings to the arbiter's; "" is the default.

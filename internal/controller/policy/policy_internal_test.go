@@ -33,13 +33,32 @@ func TestFor(t *testing.T) {
 		},
 		"Queue with the operator's max hold": {
 			obj:   policy(buildlockv1.OrderingQueue, 0),
-			want:  arbiter.Policy{Ordering: arbiter.Queue, MaxHold: time.Hour, LineMemory: time.Minute},
+			want:  arbiter.Policy{Ordering: arbiter.Queue, MaxHold: time.Hour, LineMemory: time.Minute, Rollbacks: arbiter.RollbacksAnyone},
 			ready: metav1.ConditionTrue, reason: buildlockv1.ReasonApplied, mentions: "the operator's maximum hold of 1h0m0s",
 		},
 		"Fifo with its own max hold": {
 			obj:   policy(buildlockv1.OrderingFifo, 2*time.Hour),
-			want:  arbiter.Policy{Ordering: arbiter.Fifo, MaxHold: 2 * time.Hour, LineMemory: time.Minute},
+			want:  arbiter.Policy{Ordering: arbiter.Fifo, MaxHold: 2 * time.Hour, LineMemory: time.Minute, Rollbacks: arbiter.RollbacksAnyone},
 			ready: metav1.ConditionTrue, reason: buildlockv1.ReasonApplied, mentions: "a maximum hold of 2h0m0s",
+		},
+		"re-runs refused, rollbacks by people only": {
+			obj: func() *buildlockv1.BuildLockPolicy {
+				p := policy(buildlockv1.OrderingNewestWins, 0)
+				p.Spec.Reruns, p.Spec.Rollbacks = buildlockv1.RerunsRefused, buildlockv1.RollbacksPeopleOnly
+				return p
+			}(),
+			want: arbiter.Policy{Ordering: arbiter.NewestWins, MaxHold: time.Hour, LineMemory: time.Minute, RefuseReruns: true,
+				Rollbacks: arbiter.RollbacksPeopleOnly},
+			ready: metav1.ConditionTrue, reason: buildlockv1.ReasonApplied, mentions: "re-runs are refused, and rollbacks are allowed for people only",
+		},
+		"a rollbacks setting this operator does not know allows none, and says so": {
+			obj: func() *buildlockv1.BuildLockPolicy {
+				p := policy(buildlockv1.OrderingQueue, 0)
+				p.Spec.Rollbacks = "Everybody"
+				return p
+			}(),
+			want:  arbiter.Policy{Ordering: arbiter.Queue, MaxHold: time.Hour, LineMemory: time.Minute, Rollbacks: arbiter.RollbacksNobody},
+			ready: metav1.ConditionFalse, reason: buildlockv1.ReasonInvalidPolicy, mentions: "allows no rollbacks until the policy is fixed",
 		},
 		"an ordering this operator does not know falls back to NewestWins, and says so": {
 			obj:   policy("Lottery", 2*time.Hour),
