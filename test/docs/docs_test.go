@@ -2,7 +2,8 @@
 // the code to the code: every relative link resolves, the reasons and phases
 // are the API's, the plugin's platforms and release are the ones a release
 // publishes, the metrics and alerts are the manager's and the chart's, and
-// README's five minutes at the terminal run as written. The
+// README's five minutes at the terminal run as written, in order, as do its
+// other kubectl commands that read claims, one by one (readme_test.go). The
 // flags (cmd/manager), exit codes (cmd/kubectl-buildlock) and what the
 // manager watches (internal/controller) are held by tests next to that code.
 package docs

@@ -1,6 +1,7 @@
-// Package docs runs what the README tells people to type against a real
-// kube-apiserver and etcd, with the operator running: a command the README
-// shows must work as written.
+// What the README tells people to type runs against a real kube-apiserver
+// and etcd, with the operator running: a command the README shows must work
+// as written.
+
 package docs
 
 import (
