@@ -216,6 +216,15 @@ const (
 	// ReasonFreezeStarted (phase Released) means a Deny window with holder
 	// Release started while the claim held the lock.
 	ReasonFreezeStarted = "FreezeStarted"
+	// ReasonOverridden is the reason of the Event recorded on a claim
+	// granted through a freeze by its override; its note names who
+	// overrode, why, and the freeze.
+	ReasonOverridden = "Overridden"
+	// ReasonFreezeBegan and ReasonFreezeEnded are the reasons of the Events
+	// recorded on a BuildLockPolicy when its target becomes frozen, and
+	// open again.
+	ReasonFreezeBegan = "FreezeBegan"
+	ReasonFreezeEnded = "FreezeEnded"
 )
 
 // Annotations of an override: a person lets one named claim be granted
@@ -223,10 +232,12 @@ const (
 const (
 	// OverrideAnnotation, set on a BuildLock to the override's reason, lets
 	// that claim be granted while its target is frozen, once, until
-	// OverrideExpiresAnnotation. It does not pre-empt a holder, and does not
-	// change the claim's place: the claim is granted when it is next in
-	// line. Pipelines may not set it (the enforcement policies refuse
-	// them); the annotations stay on the claim as the record.
+	// OverrideExpiresAnnotation. It does not pre-empt a holder: once the
+	// lock is free, the first claim whose override is in effect is granted,
+	// ahead of the claims the freeze holds back, which keep their places.
+	// Service accounts may not set it (the buildlock-override admission
+	// policy refuses them); the annotations stay on the claim as the
+	// record.
 	OverrideAnnotation = "buildlock.io/override"
 	// OverrideExpiresAnnotation is when the override lapses unused: an RFC
 	// 3339 time. An override without it, with one the operator cannot

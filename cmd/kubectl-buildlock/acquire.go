@@ -75,6 +75,8 @@ type acquireOptions struct {
 	// rollback and reason are --rollback and --reason.
 	rollback bool
 	reason   string
+	// failIfFrozen gives up when the target is frozen (exit 7).
+	failIfFrozen bool
 	// notes are worth telling the user before acquiring.
 	notes []string
 }
@@ -94,6 +96,7 @@ func newAcquireCommand(o *acquireOptions) *cobra.Command {
 		"(spec.rollback; the target's BuildLockPolicy says who may). Needs --reason, which is recorded.")
 	fs.StringVar(&o.reason, "reason", "", fmt.Sprintf("With --rollback: why (an incident, a ticket), at most %d characters; recorded on the claim, "+
 		"in its event and in the lock's audit.", buildlockv1.MaxRollbackReasonLength))
+	fs.BoolVar(&o.failIfFrozen, "fail-if-frozen", false, "Give up at once (exit 7, the claim is deleted) when the target is frozen, rather than wait for it to open.")
 	fs.DurationVar(&o.gracePeriod, "grace-period", 10*time.Second, "With -- CMD: how long CMD has to exit after SIGTERM when the claim stops holding or the plugin dies, before SIGKILL; "+
 		"less than half of --expires-after for a claim without a pod.")
 	return cmd
@@ -236,6 +239,9 @@ func (o *acquireOptions) Run(ctx context.Context) error {
 	if len(o.command) > 0 {
 		opts = append(opts, lock.WithRenewDeadline(o.renewDeadline()))
 	}
+	if o.failIfFrozen {
+		opts = append(opts, lock.WithFailIfFrozen())
+	}
 	hold, err := lock.AcquireHold(waitCtx, c, o.claim, opts...)
 	stopWaiting()
 	wg.Wait()
@@ -289,7 +295,10 @@ func reportOutcome(stderr io.Writer, err error) error {
 		hint = otherRunHint(otherRun)
 	case errors.As(err, &timeout) && timeout.CleanupErr == nil:
 		hint = "Deleted the claim."
-	case !errors.Is(err, lock.ErrEnded) && !errors.Is(err, lock.ErrTimeout):
+	case errors.Is(err, lock.ErrFrozen):
+		hint = "Deleted the claim (--fail-if-frozen). A person can let a build through: kubectl buildlock override."
+
+	case !errors.Is(err, lock.ErrEnded) && !errors.Is(err, lock.ErrTimeout) && !errors.Is(err, lock.ErrFrozen):
 		return err
 	}
 	msg := err.Error()

@@ -71,6 +71,7 @@ const exitCodesHelp = `Exit codes:
   5         the claim ended before it held, or stopped holding while CMD ran (CMD stopped)
   6         another run of this build, or another job with this run id, has a claim in the
             running; this run claimed nothing (--run-id gives each job its own)
+  7         acquire --fail-if-frozen: the target is frozen; the claim was deleted
   126, 127  CMD could not be started (not executable, not found); the lock was released
   130, 143  interrupted by SIGINT or SIGTERM; the claim was deleted`
 
@@ -95,6 +96,9 @@ func newRootCommand(f *factory) *cobra.Command {
 		newReleaseCommand(&releaseOptions{f: f}),
 		newStatusCommand(&statusOptions{f: f}),
 		newForceReleaseCommand(&forceReleaseOptions{f: f}),
+		newFreezeCommand(&freezeOptions{f: f}),
+		newUnfreezeCommand(&unfreezeOptions{f: f}),
+		newOverrideCommand(&overrideOptions{f: f}),
 		newVersionCommand(&versionOptions{f: f}),
 		newOIDCTokenCommand(&oidcTokenOptions{f: f}),
 		newOIDCKubeconfigCommand(&oidcKubeconfigOptions{f: f}),
@@ -205,6 +209,7 @@ func warnOnce(out io.Writer) func(error) {
 // The plugin's exit codes, as exitCodesHelp documents them.
 const (
 	exitOK, exitError, exitUsage, exitSuperseded, exitTimeout, exitEnded, exitOtherRun = 0, 1, 2, 3, 4, 5, 6
+	exitFrozen                                                                         = 7
 )
 
 // usageErr marks an error as the user's command line being wrong.
@@ -246,6 +251,8 @@ func exitCode(err error) int {
 		return exitEnded
 	case errors.Is(err, lock.ErrClaimedByAnotherRun):
 		return exitOtherRun
+	case errors.Is(err, lock.ErrFrozen):
+		return exitFrozen
 	case errors.As(err, new(usageErr)), errors.Is(err, lock.ErrInvalidClaim), errors.Is(err, lock.ErrInvalidReason):
 		return exitUsage
 	}

@@ -116,6 +116,12 @@ func (o *statusOptions) show(locks []lock.Summary) error {
 		fmt.Fprintf(o.f.streams.ErrOut, "No BuildLocks found %s.\n", where)
 		return nil
 	}
+	// A frozen target first: it explains every waiting claim below.
+	for _, l := range locks {
+		if l.Frozen != "" {
+			fmt.Fprintf(out, "%s%s: no claim is granted but through an override (kubectl buildlock override).\n", namespacePrefix(l, o.allNamespaces), l.Frozen)
+		}
+	}
 	if err := printTable(out, locks, o.allNamespaces, *o.print.OutputFormat == "wide", time.Now()); err != nil {
 		return err
 	}
@@ -157,6 +163,14 @@ func printAudit(w io.Writer, locks []lock.Summary, withNamespace bool) error {
 	}
 	fmt.Fprintln(w, "\nForce-releases, rollbacks and overrides, newest first (the grant record keeps the last few):")
 	return printers.NewTablePrinter(printers.PrintOptions{}).PrintObj(table, w)
+}
+
+// namespacePrefix is "<namespace>/" when status shows every namespace.
+func namespacePrefix(l lock.Summary, all bool) string {
+	if all {
+		return l.Namespace + "/"
+	}
+	return ""
 }
 
 // lockStatusList is what status prints with -o json, yaml, jsonpath and

@@ -25,6 +25,8 @@ func TestReasonsAndPhasesAreTheAPIs(t *testing.T) {
 		{arbiter.ReasonDeleted, buildlockv1.ReasonDeleted},
 		{arbiter.ReasonLineOwnedByOther, buildlockv1.ReasonLineOwnedByOther},
 		{arbiter.ReasonBuildJumpTooLarge, buildlockv1.ReasonBuildJumpTooLarge},
+		{arbiter.ReasonFrozen, buildlockv1.ReasonFrozen},
+		{arbiter.ReasonFreezeStarted, buildlockv1.ReasonFreezeStarted},
 		{string(arbiter.Pending), string(buildlockv1.PhasePending)},
 		{string(arbiter.Waiting), string(buildlockv1.PhaseWaiting)},
 		{string(arbiter.Held), string(buildlockv1.PhaseHeld)},
@@ -50,6 +52,7 @@ func TestValuesAreTheAPIs(t *testing.T) {
 		{arbiter.DefaultMaxBuildJump, buildlockv1.DefaultMaxBuildJump},
 		{arbiter.DefaultGrantRetention, buildlockv1.DefaultGrantRetention},
 		{arbiter.MaxQuotedLength, buildlockv1.MaxQuotedLength},
+		{arbiter.MaxOverrideFor, buildlockv1.MaxOverrideFor},
 	} {
 		if pair[0] != pair[1] {
 			t.Errorf("arbiter has %v where the API has %v", pair[0], pair[1])

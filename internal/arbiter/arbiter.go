@@ -23,6 +23,8 @@ const (
 	ReasonLineOwnedByOther       = "LineOwnedByOther"
 	ReasonBuildJumpTooLarge      = "BuildJumpTooLarge"
 	ReasonRollbackNotAllowed     = "RollbackNotAllowed"
+	ReasonFrozen                 = "Frozen"
+	ReasonFreezeStarted          = "FreezeStarted"
 )
 
 // Values the arbiter shares with the API (api/v1alpha1); a test keeps them
@@ -44,6 +46,9 @@ const (
 	// DefaultMaxBuildJump is how far above its line's highest remembered
 	// build a claim may go when Policy.MaxBuildJump is not positive.
 	DefaultMaxBuildJump = 1000
+	// MaxOverrideFor bounds how far ahead an override's expiry may be
+	// (Override.InEffect).
+	MaxOverrideFor = 24 * time.Hour
 )
 
 // LineMemoryBytes bounds Grant.Lines by the sizes of its records
@@ -182,8 +187,13 @@ func (d *decider) endClaims() (candidates []int) {
 			// Rule 8: unchanged; the empty reason tells the controller so.
 			v.Phase = c.Phase
 		case i == d.granted:
-			// Rule 2: the holder keeps the lock until it positively ends.
-			if phase, reason := holdEnd(c, d.grant.AcquiredAt, d.now, d.policy.MaxHold); phase != "" {
+			// Rule 2: the holder keeps the lock until it positively ends
+			// (or, rule 12, a freeze that says so starts).
+			phase, reason := holdEnd(c, d.grant.AcquiredAt, d.now, d.policy.MaxHold)
+			if phase == "" && d.releasedByFreeze(c) {
+				phase, reason = Released, ReasonFreezeStarted
+			}
+			if phase != "" {
 				v.Phase, v.Reason = phase, reason
 				d.ended = Ending{Name: c.Name, UID: c.UID, Phase: phase, Reason: reason, At: d.now}
 			} else {
@@ -208,6 +218,15 @@ func (d *decider) endClaims() (candidates []int) {
 		}
 	}
 	return candidates
+}
+
+// releasedByFreeze reports whether the hold of c, which the grant names,
+// ends because a freeze whose window releases the holder started after its
+// grant (rule 12): not a hold with an override, which goes through the
+// freeze.
+func (d *decider) releasedByFreeze(c *Claim) bool {
+	f := d.policy.Freeze
+	return f.Frozen && !f.ReleaseSince.IsZero() && f.ReleaseSince.After(d.grant.AcquiredAt) && c.Override.Reason == ""
 }
 
 // holdEnd returns the phase and reason with which the hold of c granted at
@@ -566,12 +585,24 @@ func (d *decider) sortByPlace(idx []int) {
 // grantAndQueue applies rule 6 to the ranked survivors: without a live
 // holder the first is granted the lock; then NewestWins keeps one waiting
 // claim and supersedes the rest by it, while Queue and Fifo queue them all.
+// While the target is frozen (rule 12) the first ranked survivor whose
+// override is in effect is granted instead, if any, and the others wait
+// with reason Frozen, but for those with an override in effect, which go
+// through the freeze when their turn comes.
 func (d *decider) grantAndQueue(ranked []int) {
+	frozen := d.policy.Freeze.Frozen
 	if d.liveHolder == none && len(ranked) > 0 {
-		d.newHolder = ranked[0]
-		d.verdicts[d.newHolder].Phase = Held
-		d.verdicts[d.newHolder].Reason = ReasonAcquired
-		ranked = d.bindLine(d.newHolder, ranked[1:])
+		next := 0
+		if frozen {
+			next = slices.IndexFunc(ranked, func(i int) bool { return d.claims[i].Override.InEffect(d.now) })
+		}
+		if next >= 0 {
+			d.newHolder = ranked[next]
+			d.verdicts[d.newHolder].Phase = Held
+			d.verdicts[d.newHolder].Reason = ReasonAcquired
+			rest := append(slices.Clip(ranked[:next]), ranked[next+1:]...)
+			ranked = d.bindLine(d.newHolder, d.supersedeBelow(d.newHolder, rest))
+		}
 	}
 	if len(ranked) == 0 {
 		return
@@ -588,9 +619,30 @@ func (d *decider) grantAndQueue(ranked []int) {
 	prev := none
 	for _, i := range ranked {
 		d.verdicts[i].Phase, d.verdicts[i].Reason = Waiting, reason
+		if frozen && !d.claims[i].Override.InEffect(d.now) {
+			d.verdicts[i].Reason = ReasonFrozen
+		}
 		d.verdicts[i].QueuedAt = d.place[i]
 		d.ahead[i], prev = prev, i
 	}
+}
+
+// supersedeBelow applies rule 3 to the claims ranked around claim h, just
+// granted, as it will once h holds: a build of h's line at or below h's
+// (which only an override that jumps the queue of a freeze, with Fifo,
+// leaves ahead of it) would deploy backwards after it, and is Superseded
+// by h. It returns the others.
+func (d *decider) supersedeBelow(h int, ranked []int) []int {
+	held := d.claims[h]
+	out := ranked[:0]
+	for _, i := range ranked {
+		if c := d.claims[i]; lineOf(*c) == lineOf(*held) && c.Build <= held.Build {
+			d.supersede(i, h, inLineReason(c.Build, held.Build))
+			continue
+		}
+		out = append(out, i)
+	}
+	return out
 }
 
 // bindLine applies rule 3 to the claims ranked behind claim h, granted in
@@ -635,10 +687,10 @@ func (d *decider) holder() int {
 	return d.newHolder
 }
 
-// queued reports whether the claim is queued with Queue or Fifo: its status
-// names neither holder nor waiting claim.
+// queued reports whether the claim waits with Queue or Fifo (reason Queued,
+// or Frozen): its status names neither holder nor waiting claim.
 func (d *decider) queued(i int) bool {
-	return d.verdicts[i].Reason == ReasonQueued
+	return d.verdicts[i].Phase == Waiting && (d.policy.Ordering == Queue || d.policy.Ordering == Fifo)
 }
 
 // decision assembles the Decision once every claim has its phase.
@@ -683,7 +735,10 @@ func (d *decider) decision() Decision {
 	if h := d.holder(); h != none {
 		out.Holder = d.claims[h].Name
 		out.NextLook = d.describeHold(h, out.Grant)
+		v := &d.verdicts[h]
+		v.Overridden = d.policy.Freeze.Frozen && v.From != Held && d.claims[h].Override.Reason != ""
 	}
+	out.NextLook = earliest(out.NextLook, d.overrideChange())
 	if len(d.queue) > 0 {
 		out.Waiting = d.claims[d.queue[0]].Name
 	}
@@ -702,6 +757,28 @@ func (d *decider) decision() Decision {
 	}
 	out.Verdicts = d.writeOrder()
 	return out
+}
+
+// overrideChange is the next instant after now at which time alone changes
+// whether the override of a claim that waits through a freeze is in effect
+// (it lapses, or comes within MaxOverrideFor), and so its verdict; zero if
+// none.
+func (d *decider) overrideChange() time.Time {
+	if !d.policy.Freeze.Frozen {
+		return time.Time{}
+	}
+	var next time.Time
+	for _, i := range d.queue {
+		o := d.claims[i].Override
+		switch {
+		case o.Reason == "" || !o.Expires.After(d.now):
+		case o.InEffect(d.now):
+			next = earliest(next, o.Expires)
+		default:
+			next = earliest(next, o.Expires.Add(-MaxOverrideFor))
+		}
+	}
+	return next
 }
 
 // endedHold is how the input grant's hold ended when this decision moves

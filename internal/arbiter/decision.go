@@ -87,6 +87,9 @@ func (v Verdict) String() string {
 	if v.Warning != "" {
 		b.WriteString(" warning")
 	}
+	if v.Overridden {
+		b.WriteString(" overridden")
+	}
 	return b.String()
 }
 

@@ -180,11 +180,28 @@
 //     above the holder's cannot be told from a hand-off made by another
 //     manager, and stands (the holder shown is then LockLost, rule 1): only
 //     admission can keep people from writing that.
+//  12. A frozen target takes no grant. While Policy.Freeze says the target
+//     is frozen (its policy's windows), no claim is granted, but through an
+//     override: without a live holder, the first ranked survivor whose
+//     Override is in effect (set, not expired, and expiring at most
+//     MaxOverrideFor ahead) is granted (Held, Acquired; its verdict
+//     Overridden), going ahead of the claims the freeze holds back, which
+//     keep their places; a build of its line at or below it that was ahead
+//     is Superseded by it (rule 3). Every other claim that waits has reason
+//     Frozen and a message that says until when and why, but one whose
+//     override is in effect, which keeps its reason and goes through the
+//     freeze when its turn comes. An override pre-empts nobody, and is used
+//     once: a claim is granted once. Nobody is pre-empted by a freeze
+//     either: the holder keeps the lock, unless a Deny window in effect
+//     that says holder: Release started after the hold's grant
+//     (Freeze.ReleaseSince) and the holder has no override: then it is
+//     Released with reason FreezeStarted. Newcomers queue or take the slot
+//     as usual, and rules 1–11 hold as ever.
 //
 // Decide restores the grant record (11) first; then it settles terminal
-// claims (8), the holder (2), other claims shown Held (1) and waiters that
-// leave (7); then builds that would deploy backwards or on another's line
-// (3), then lines (4), then the ranking and the hand-off (5, 6).
+// claims (8), the holder (2, 12), other claims shown Held (1) and waiters
+// that leave (7); then builds that would deploy backwards or on another's
+// line (3), then lines (4), then the ranking and the hand-off (5, 6, 12).
 //
 // Waiting and Pending claims have no expiry of their own: ExpiresAfter and
 // MaxHold bound a hold, and count from the grant.
@@ -208,5 +225,8 @@
 // holding at any point of the writes, and a build that takes over its
 // line's place records it before the build it replaces ends. NextLook is the
 // earliest instant after now at which time alone would change the decision:
-// a holder's expiry or maximum hold, or its 80 % warning point.
+// a holder's expiry or maximum hold, or its 80 % warning point, or, while
+// the target is frozen, when a waiting claim's override lapses or comes
+// into effect. The edges of the windows are the controller's to look for:
+// Policy.Freeze is the state at now.
 package arbiter

@@ -19,7 +19,8 @@ func FuzzDecide(f *testing.F) {
 		f.Add(data)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		in := genInput(&byteChooser{data: data})
+		ch := &byteChooser{data: data}
+		in := withFreezes(ch, genInput(ch))
 		if err := checkInvariants(in, in.decide()); err != nil {
 			t.Fatalf("%v\n%s", err, describeInput(in))
 		}

@@ -233,6 +233,31 @@ func genInput(ch chooser) input {
 
 // genRollbacks are the policies on rollbacks.
 var genRollbacks = []Rollbacks{"", RollbacksAnyone, RollbacksPeopleOnly, RollbacksNobody}
+// withFreezes gives in a freeze (often) and its claims overrides (rule
+// 12), chosen by ch. It draws from its own chooser in the property tests,
+// so that the inputs genInput draws stay those every earlier version of
+// the tests checked.
+func withFreezes(ch chooser, in input) input {
+	if ch.intn(3) > 0 {
+		in.policy.Freeze = Freeze{Frozen: true, Until: in.now.Add(time.Duration(ch.intn(3)) * time.Hour), Window: "holiday", Reason: "holiday freeze"}
+		if ch.intn(3) == 1 {
+			in.policy.Freeze.ReleaseSince, in.policy.Freeze.ReleaseWindow = at(ch.intn(121)), "incident"
+		}
+	}
+	for k := range in.claims {
+		if ch.intn(4) == 1 {
+			in.claims[k].Override = Override{Reason: "hotfix", By: genIdentities[ch.intn(len(genIdentities))],
+				Expires: genOverrideExpiries(in.now)[ch.intn(4)]}
+		}
+	}
+	return in
+}
+
+// genOverrideExpiries are the expiries the generator gives overrides at
+// now: none (void), past, in effect, and too far ahead.
+func genOverrideExpiries(now time.Time) []time.Time {
+	return []time.Time{{}, now.Add(-time.Minute), now.Add(30 * time.Minute), now.Add(MaxOverrideFor + time.Hour)}
+}
 
 // genIdentities are the identities the generator gives claims: unknown, two
 // service accounts, a person, and a CI identity (genCIIdentity).
@@ -249,9 +274,9 @@ func genPipeline(identity string) bool { return IsPipeline(identity, genCIIdenti
 // give.
 var validReasons = map[Phase][]string{
 	Held:       {ReasonAcquired},
-	Waiting:    {ReasonWaitingForHolder, ReasonQueued},
+	Waiting:    {ReasonWaitingForHolder, ReasonQueued, ReasonFrozen},
 	Superseded: {ReasonSupersededByNewerBuild, ReasonDuplicateBuild, ReasonLineOwnedByOther, ReasonBuildJumpTooLarge, ReasonRollbackNotAllowed},
-	Released:   {ReasonPodFinished, ReasonPodGone, ReasonLockLost, ReasonForceReleased, ReasonDeleted},
+	Released:   {ReasonPodFinished, ReasonPodGone, ReasonLockLost, ReasonForceReleased, ReasonDeleted, ReasonFreezeStarted},
 	Expired:    {ReasonExpired, ReasonMaxHoldExceeded},
 }
 
@@ -298,6 +323,9 @@ func holdIsLive(c Claim, g Grant, now time.Time, p Policy) bool {
 	}
 	if p.MaxHold > 0 && !now.Before(g.AcquiredAt.Add(p.MaxHold)) {
 		return false
+	}
+	if f := p.Freeze; f.Frozen && f.ReleaseSince.After(g.AcquiredAt) && c.Override.Reason == "" {
+		return false // a freeze that releases holders started after the grant
 	}
 	if c.Pod != NoPod {
 		return true
@@ -468,10 +496,21 @@ func checkInvariants(in input, d Decision) error {
 		if v.From == Held && v.Phase != Held && v.Phase != Released && v.Phase != Expired {
 			fail("%s: Held -> %s", c.Name, v.Phase)
 		}
-		// Queue and Fifo claims name the claim ahead, never the holder.
-		queued := v.Reason == ReasonQueued
-		if queued != (v.Phase == Waiting && queuing(in.policy)) {
-			fail("%s: reason %s under ordering %q", c.Name, v.Reason, in.policy.Ordering)
+		// Queue and Fifo claims name the claim ahead, never the holder. A
+		// frozen target holds back every waiting claim but those with an
+		// override in effect (rule 12).
+		queued := v.Phase == Waiting && queuing(in.policy)
+		if v.Phase == Waiting {
+			want := ReasonWaitingForHolder
+			switch {
+			case in.policy.Freeze.Frozen && !c.Override.InEffect(in.now):
+				want = ReasonFrozen
+			case queued:
+				want = ReasonQueued
+			}
+			if v.Reason != want {
+				fail("%s: reason %s under ordering %q, frozen=%v, want %s", c.Name, v.Reason, in.policy.Ordering, in.policy.Freeze.Frozen, want)
+			}
 		}
 		if queued && (v.Holder != "" || v.Waiting != "") {
 			fail("%s: queued, but names holder %q and waiting %q", c.Name, v.Holder, v.Waiting)
@@ -510,12 +549,30 @@ func checkInvariants(in input, d Decision) error {
 			fail("%s waits ahead of the first, %s", name, d.Waiting)
 		}
 	}
-	// A free lock is granted at once: nobody waits or pends without a holder.
+	// A free lock is granted at once: nobody waits or pends without a
+	// holder, unless the target is frozen and no waiting claim has an
+	// override in effect (rule 12).
 	if d.Holder == "" {
 		for _, v := range d.Verdicts {
-			if !v.Phase.IsTerminal() {
-				fail("%s: %s on a free lock", v.Name, v.Phase)
+			frozenOut := in.policy.Freeze.Frozen && v.Reason == ReasonFrozen
+			if !v.Phase.IsTerminal() && !frozenOut {
+				fail("%s: %s (%s) on a free lock", v.Name, v.Phase, v.Reason)
 			}
+		}
+	}
+	// A frozen target grants only through an override in effect, and
+	// records it.
+	for i, c := range in.claims {
+		v := byName[c.Name]
+		newlyGranted := v.Phase == Held && i != granted
+		if in.policy.Freeze.Frozen && newlyGranted && !c.Override.InEffect(in.now) {
+			fail("%s: granted through a freeze without an override in effect (%+v)", c.Name, c.Override)
+		}
+		if newlyGranted && v.Overridden != in.policy.Freeze.Frozen {
+			fail("%s: granted, Overridden=%v, frozen=%v", c.Name, v.Overridden, in.policy.Freeze.Frozen)
+		}
+		if v.Overridden && (v.Phase != Held || v.From == Held) {
+			fail("%s: Overridden on %s -> %s", c.Name, v.From, v.Phase)
 		}
 	}
 	// No pre-emption: a live holder stays, and so does its grant, but for
@@ -694,7 +751,8 @@ func checkSupersessions(in input, d Decision, fail func(string, ...any)) {
 			fail("%s: superseded by %s of another line, which is not the newer waiting claim", c.Name, by.Name)
 		}
 	}
-	if !queuing(in.policy) && newHold && d.Waiting != "" && !in.policy.Newer(inputs[d.Holder], inputs[d.Waiting]) {
+	// (An override granted through a freeze goes ahead of the newer.)
+	if !queuing(in.policy) && newHold && d.Waiting != "" && !in.policy.Freeze.Frozen && !in.policy.Newer(inputs[d.Holder], inputs[d.Waiting]) {
 		fail("granted %s although %s is newer", d.Holder, d.Waiting)
 	}
 	// Never backwards: the holder and the waiting claims of each line, in

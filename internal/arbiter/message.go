@@ -23,7 +23,7 @@ func (d *decider) message(i int, grant Grant) string {
 	case ReasonWaitingForHolder:
 		w := d.sentence("Waiting for ")
 		w.build(d.claims[d.holder()], false)
-		return w.done(" to release ", target, ".")
+		return w.done(" to release ", target, ".", d.overriddenNote(c))
 	case ReasonQueued:
 		ahead := d.ahead[i]
 		if ahead == none {
@@ -31,7 +31,9 @@ func (d *decider) message(i int, grant Grant) string {
 		}
 		w := d.sentence("Queued for ", target, " behind ")
 		w.build(d.claims[ahead], false)
-		return w.done(".")
+		return w.done(".", d.overriddenNote(c))
+	case ReasonFrozen, ReasonFreezeStarted:
+		return d.freezeMessage(c, v.Reason)
 	case ReasonSupersededByNewerBuild, ReasonDuplicateBuild:
 		return d.supersededMessage(i)
 	case ReasonRollbackNotAllowed:
@@ -86,13 +88,30 @@ func (d *decider) message(i int, grant Grant) string {
 	return "" // Rule 8: a terminal claim keeps its stored message.
 }
 
+// freezeMessage is the message of a claim that waits because its target
+// is frozen, or whose hold a freeze ended (rule 12).
+func (d *decider) freezeMessage(c *Claim, reason string) string {
+	target, f := d.lock.Target, d.policy.Freeze
+	if reason == ReasonFrozen {
+		// The words the issue gives, which pipelines may match on.
+		return target + " is frozen " + f.Describe() + "; this build keeps its place" + d.voidOverrideNote(c)
+	}
+	return fmt.Sprintf("%s froze at %s (%s; its window %s says holder: Release): the hold of %s ends; stop deploying.",
+		target, f.ReleaseSince.Format(time.RFC3339), f.Describe(), f.ReleaseWindow, build(c))
+}
+
 // heldMessage tells the holder to deploy, and until when it may; a
-// rollback is told that it holds as one.
+// rollback, that it holds as one; a holder with an override while the
+// target is frozen, that it holds through the freeze, and by whose
+// override.
 func (d *decider) heldMessage(c *Claim, v *Verdict, grant Grant) string {
 	_, reason := holdDeadline(c, grant.AcquiredAt, d.now, d.policy.MaxHold)
 	holding := fmt.Sprintf("Holding %s with fencing token %d", d.lock.Target, grant.Token)
 	if c.Rollback {
 		holding += fmt.Sprintf(", as a rollback of %s@%s to build %d (%s)", c.Repo, printable(c.Branch), c.Build, quote(c.RollbackReason))
+	}
+	if o := c.Override; d.policy.Freeze.Frozen && o.Reason != "" {
+		holding += fmt.Sprintf(" through its freeze %s, overridden by %s (%s)", d.policy.Freeze.Describe(), overrider(o), quote(o.Reason))
 	}
 	switch {
 	case v.ExpiresAt.IsZero():
@@ -102,6 +121,44 @@ func (d *decider) heldMessage(c *Claim, v *Verdict, grant Grant) string {
 			holding, stamp(v.ExpiresAt))
 	}
 	return fmt.Sprintf("%s until %s, its maximum hold; deploy now and delete this BuildLock when done.", holding, stamp(v.ExpiresAt))
+}
+
+// overrider names who set an override: the verified user, or "an
+// unverified requester".
+func overrider(o Override) string {
+	if o.By == "" {
+		return "an unverified requester"
+	}
+	return quote(o.By)
+}
+
+// overriddenNote is what a message adds for a claim that waits while the
+// target is frozen, with an override in effect (rule 12): it goes through
+// the freeze when its turn comes. Empty otherwise.
+func (d *decider) overriddenNote(c *Claim) string {
+	o := c.Override
+	if !d.policy.Freeze.Frozen || !o.InEffect(d.now) {
+		return ""
+	}
+	return fmt.Sprintf(" %s is frozen %s, but this claim is overridden by %s (%s) until %s: it goes through the freeze "+
+		"when its turn comes.", d.lock.Target, d.policy.Freeze.Describe(), overrider(o), quote(o.Reason), stamp(o.Expires))
+}
+
+// voidOverrideNote says why the override of a claim held back by a freeze
+// does not apply; empty when it has none.
+func (d *decider) voidOverrideNote(c *Claim) string {
+	o := c.Override
+	switch {
+	case o.Reason == "":
+		return ""
+	case o.Expires.IsZero():
+		return fmt.Sprintf(". Its override by %s does not apply: it has no buildlock.io/override-expires, or one that is not an "+
+			"RFC 3339 time", overrider(o))
+	case !d.now.Before(o.Expires):
+		return fmt.Sprintf(". Its override by %s expired at %s", overrider(o), stamp(o.Expires))
+	}
+	return fmt.Sprintf(". Its override by %s does not apply yet: it expires at %s, more than %s ahead (kubectl buildlock "+
+		"override --for at most %s)", overrider(o), stamp(o.Expires), MaxOverrideFor, MaxOverrideFor)
 }
 
 // rollbackHint says how to deploy a build of a line below what it

@@ -26,6 +26,18 @@ func TestPropertiesOfRandomClaimSets(t *testing.T) {
 	}
 }
 
+// TestPropertiesOfFrozenTargets checks every invariant on random inputs
+// with freezes and overrides (rule 12).
+func TestPropertiesOfFrozenTargets(t *testing.T) {
+	ch, freezes := seeded(1), seeded(12)
+	for k := range 5000 {
+		in := withFreezes(freezes, genInput(ch))
+		if err := checkInvariants(in, in.decide()); err != nil {
+			t.Fatalf("input %d: %v\n%s", k, err, describeInput(in))
+		}
+	}
+}
+
 // world is one lock over time: its claims and grant as the controller would
 // read them after writing every decision, and the highest token the
 // operator has seen (which it passes as the record's Floor).
@@ -399,10 +411,10 @@ func describeInput(in input) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "now=%s policy=%v grant={%s}", in.now.Format(time.TimeOnly), in.policy, in.grant)
 	for _, c := range in.claims {
-		fmt.Fprintf(&b, "\n  %s/%s %s/%s/%s#%d rollback=%v identity=%q stamp=%s created=%s phase=%q token=%d pod=%s expiresAfter=%s renew=%s renewed=%s queued=%s acquired=%s",
-			c.Name, c.UID, c.Repo, c.Branch, c.Workflow, c.Build, c.Rollback, c.Identity, c.Timestamp.Format(time.TimeOnly), c.Created.Format(time.TimeOnly),
+		fmt.Fprintf(&b, "\n  %s/%s %s/%s/%s#%d rollback=%v stamp=%s created=%s phase=%q token=%d pod=%s expiresAfter=%s renew=%s renewed=%s queued=%s acquired=%s identity=%q override=%q until %s",
+			c.Name, c.UID, c.Repo, c.Branch, c.Workflow, c.Build, c.Rollback, c.Timestamp.Format(time.TimeOnly), c.Created.Format(time.TimeOnly),
 			c.Phase, c.FencingToken, c.Pod, c.ExpiresAfter, c.RenewTime.Format(time.TimeOnly), c.RenewedAt.Format(time.TimeOnly),
-			c.QueuedAt.Format(time.TimeOnly), c.AcquiredAt.Format(time.TimeOnly))
+			c.QueuedAt.Format(time.TimeOnly), c.AcquiredAt.Format(time.TimeOnly), c.Identity, c.Override.Reason, c.Override.Expires.Format(time.TimeOnly))
 	}
 	return b.String()
 }

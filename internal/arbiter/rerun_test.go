@@ -428,7 +428,7 @@ func TestEverySupersessionSaysWhatAndWhatToDo(t *testing.T) {
 			claims: []Claim{as(shop43, webPipeline)}, grant: fortyTwoHeld, claim: "shop-43",
 			want: "Build 43 of acme/shop@main will not deploy: its line belongs to system:serviceaccount:ci:shop, which held staging " +
 				"with build 42 at 2026-03-02T09:10:00Z, and this claim was created by system:serviceaccount:ci:web. A line belongs to " +
-				"the service account that holds it, until 2026-03-03T09:10:00Z; claim it as that service account, or have a person claim it.",
+				"the pipeline that holds it, until 2026-03-03T09:10:00Z; claim it as that pipeline, or have a person claim it.",
 		},
 		"a jump too far": {
 			claims: []Claim{claim("shop-2000", shop, 2000, 50)}, grant: fortyTwoHeld, claim: "shop-2000",

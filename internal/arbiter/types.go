@@ -150,6 +150,10 @@ type Claim struct {
 	// record's audit keeps at most MaxQuotedLength characters of it.
 	Rollback       bool
 	RollbackReason string
+	// Override, when its Reason is set, is a person's leave for this claim
+	// to be granted through a freeze (the BuildLock's buildlock.io/override
+	// annotations): rule 12.
+	Override Override
 	// Identity is who created the claim, as far as the API server vouches
 	// for it: spec.requester's user name when the buildlock-requester
 	// admission policy stamped it, else empty (unknown). A pipeline (see
@@ -161,6 +165,76 @@ type Claim struct {
 	// its repository into the user (spec.requester.repository). Such an
 	// identity is a pipeline, as a service account is.
 	CIIdentity bool
+}
+
+// Override is a person's leave for one claim to be granted while its
+// target is frozen: once (a claim is granted once), and until Expires.
+type Override struct {
+	// Reason is why (the buildlock.io/override annotation); empty means no
+	// override. It is free text: messages quote at most MaxQuotedLength
+	// characters of it, escaped.
+	Reason string
+	// Expires is when the override lapses unused (the
+	// buildlock.io/override-expires annotation); zero when that is missing
+	// or not an RFC 3339 time, which makes the override void.
+	Expires time.Time
+	// By is who set it, as the API server authenticated them (the
+	// overridden-by stamp of enforcement's admission policies); empty when
+	// nothing verified it. Messages quote it.
+	By string
+}
+
+// InEffect reports whether the override lets its claim be granted at now:
+// it is set, has not expired, and expires at most MaxOverrideFor after now
+// (an expiry further ahead is void until then: no override lasts longer).
+func (o Override) InEffect(now time.Time) bool {
+	return o.Reason != "" && now.Before(o.Expires) && !o.Expires.After(now.Add(MaxOverrideFor))
+}
+
+// Freeze is whether the lock's target takes grants now, as its policy's
+// windows say (package internal/window works it out; the arbiter is told
+// the outcome at now).
+type Freeze struct {
+	// Frozen says no claim is granted but through an override (rule 12).
+	Frozen bool
+	// Until is when the target opens, in the time zone messages give it
+	// in; zero when that is not known (beyond the operator's look-ahead,
+	// or never while a window cannot be evaluated).
+	Until time.Time
+	// Window names the window that freezes the target ("holiday",
+	// "windows[2]"); empty when it is frozen because it is outside every
+	// Allow window, or because a window cannot be evaluated (Invalid).
+	Window string
+	// Reason is that window's reason ("holiday freeze"), if it has one.
+	Reason string
+	// Invalid says a window of the policy cannot be evaluated: the target
+	// is frozen until the policy is fixed.
+	Invalid bool
+	// ReleaseSince is the latest start of the Deny windows in effect whose
+	// holder is Release (zero if none), in the time zone messages give it
+	// in: a holder granted before it, without an override, is Released
+	// (FreezeStarted). ReleaseWindow names that window.
+	ReleaseSince  time.Time
+	ReleaseWindow string
+}
+
+// Describe says until when and why the target is frozen, as messages quote
+// it: "until 2026-12-28T08:00:00+01:00 (holiday freeze)". It depends only
+// on f, not on how much time passed.
+func (f Freeze) Describe() string {
+	why := f.Reason
+	switch {
+	case f.Invalid:
+		return "until its BuildLockPolicy is fixed (a window cannot be evaluated: see the policy's Ready condition)"
+	case why == "" && f.Window != "":
+		why = "window " + f.Window
+	case why == "":
+		why = "outside its Allow windows"
+	}
+	if f.Until.IsZero() {
+		return fmt.Sprintf("for more than a year (%s)", printable(why))
+	}
+	return fmt.Sprintf("until %s (%s)", f.Until.Format(time.RFC3339), printable(why))
 }
 
 // serviceAccountPrefix starts the user name of every Kubernetes service
@@ -416,6 +490,8 @@ type Policy struct {
 	// RollbacksNobody. A rollback it refuses is Superseded
 	// (RollbackNotAllowed).
 	Rollbacks Rollbacks
+	// Freeze says whether the target is frozen now (rule 12).
+	Freeze Freeze
 }
 
 // Rollbacks says who may roll back (the API's BuildLockPolicy
@@ -467,6 +543,10 @@ type Verdict struct {
 	// Warning, when set, is a message to surface once: a hold past 80 % of
 	// its maximum hold.
 	Warning string
+	// Overridden says a Held verdict starts a hold through a freeze, by the
+	// claim's override (rule 12): the controller records it (an event, a
+	// metric).
+	Overridden bool
 }
 
 // Decision is everything the arbiter decided for one lock at one instant.

@@ -32,6 +32,7 @@ type Metrics struct {
 	releases         *prometheus.CounterVec
 	expiries         *prometheus.CounterVec
 	rollbacks        *prometheus.CounterVec
+	overrides        prometheus.Counter
 
 	clock clock.PassiveClock
 	mu    sync.Mutex
@@ -87,10 +88,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "buildlock_rollbacks_total",
 			Help: "Rollbacks (spec.rollback) granted, by who asked as the API server verified it (person, pipeline, or unverified).",
 		}, []string{"requester"}),
+		overrides: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "buildlock_overrides_total", Help: "Claims granted through a freeze by a person's override (kubectl buildlock override).",
+		}),
 		clock: clock.RealClock{},
 		locks: map[arbiter.Lock]lockState{},
 	}
-	reg.MustRegister(m.waitSeconds, m.holdSeconds, m.grants, m.grantWriteErrors, m.grantRepairs, m.supersessions, m.releases, m.expiries, m.rollbacks, lockCollector{m})
+	reg.MustRegister(m.waitSeconds, m.holdSeconds, m.grants, m.grantWriteErrors, m.grantRepairs, m.supersessions, m.releases, m.expiries, m.rollbacks, m.overrides, lockCollector{m})
 	return m
 }
 
@@ -211,6 +215,9 @@ func (m *Metrics) observeTransition(bl *buildlockv1.BuildLock, v arbiter.Verdict
 	switch v.Phase {
 	case arbiter.Held:
 		m.grants.Inc()
+		if v.Overridden {
+			m.overrides.Inc()
+		}
 		m.waitSeconds.Observe(now.Sub(bl.CreationTimestamp.Time).Seconds())
 	case arbiter.Superseded:
 		m.supersessions.WithLabelValues(v.Reason).Inc()

@@ -287,6 +287,7 @@ func toArbiterClaim(bl *buildlockv1.BuildLock, pods map[string]arbiter.PodState,
 	if r := bl.Spec.Rollback; r != nil {
 		c.Rollback, c.RollbackReason = true, r.Reason
 	}
+	c.Override = overrideOf(bl)
 	c.Identity, c.CIIdentity = verifiedRequester(bl, verifiedSince)
 	if bl.Spec.Timestamp != nil {
 		c.Timestamp = bl.Spec.Timestamp.Time
@@ -313,4 +314,20 @@ func toArbiterClaim(bl *buildlockv1.BuildLock, pods map[string]arbiter.PodState,
 		}
 	}
 	return c
+}
+
+// overrideOf is claim bl's override (its buildlock.io/override
+// annotations); the zero Override when it has none. An expiry that is not
+// an RFC 3339 time is zero, which voids the override.
+func overrideOf(bl *buildlockv1.BuildLock) arbiter.Override {
+	reason := bl.Annotations[buildlockv1.OverrideAnnotation]
+	if reason == "" {
+		return arbiter.Override{}
+	}
+	// Verified only with the policies that stamp it (admission.Policies.Unverify).
+	o := arbiter.Override{Reason: reason, By: bl.Annotations[buildlockv1.OverriddenByAnnotation]}
+	if t, err := time.Parse(time.RFC3339, bl.Annotations[buildlockv1.OverrideExpiresAnnotation]); err == nil {
+		o.Expires = t
+	}
+	return o
 }

@@ -12,7 +12,9 @@
 // once, in rule.go); writes the grant as a compare-and-swap on the lock's
 // Lease (granter, apply.go); then each claim's status, each write
 // conditional on the resourceVersion it was computed from (statusWriter,
-// status.go); and looks again when the decision says.
+// status.go); and looks again when the decision says, or at the next edge
+// of the policy's deploy windows (policy.Windows), whichever comes first:
+// a freeze is looked for, not polled for.
 //
 // The side jobs are controllers of their own, beside it, so that none waits
 // for a decision or stops one when it fails: the policy controller (package
@@ -90,6 +92,7 @@ func (r *lockReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	edge := freezeAt(&obs, now)
 	obs, d, err := r.decider.decideSafely(ctx, lock, obs, now)
 	if err == nil && obs.foreign == nil {
 		obs, d, err = r.granter.apply(ctx, lock, obs, d, now)
@@ -110,7 +113,29 @@ func (r *lockReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		// workqueue's backoff.
 		return ctrl.Result{}, obs.podErr
 	}
-	return ctrl.Result{RequeueAfter: requeueDelay(now, d.NextLook)}, nil
+	// The windows' next edge is looked at then, not polled for.
+	return ctrl.Result{RequeueAfter: requeueDelay(now, earliest(d.NextLook, edge))}, nil
+}
+
+// freezeAt tells the observation's policy whether its windows freeze the
+// target at now (the arbiter's Policy.Freeze, and the grant Lease's freeze
+// for enforcement), and returns when that may change next (zero: never).
+func freezeAt(obs *observation, now time.Time) time.Time {
+	windows := obs.policy.Windows
+	s, freeze := windows.At(now)
+	obs.policy.Arbiter.Freeze = freeze
+	if freeze.Frozen {
+		obs.policy.Enforce = obs.policy.Enforce.WithFreeze(freeze.Describe())
+	}
+	return windows.Edge(s)
+}
+
+// earliest is the earlier of two instants, ignoring zero ones.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
 }
 
 // refuseForeignLease applies the decision for a lock whose grant Lease name

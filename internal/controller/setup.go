@@ -121,6 +121,7 @@ func setupControllers(mgr ctrl.Manager, o Options) error {
 	if err := (&policy.Reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Namespaces: o.Namespaces, Clock: o.Clock,
 		Admission: policies, Defaults: o.arbiterDefaults(), Registry: o.Registry, SkipNameValidation: o.SkipNameValidation,
+		Recorder: mgr.GetEventRecorder("buildlock"),
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}

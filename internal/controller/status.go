@@ -82,6 +82,12 @@ func (w statusWriter) apply(ctx context.Context, obs observation, d arbiter.Deci
 			if recordsEvent(v.Phase) {
 				w.recorder.Eventf(bl, nil, eventType(v.Phase), eventReason(bl, v.Phase), string(v.Phase), "%s", truncate(v.Message, maxEventNoteLength))
 			}
+			if v.Overridden {
+				// The override's audit: who let which build through which freeze, and why.
+				log.Info("Granted through a freeze by an override", "buildLock", bl.Name, "overriddenBy", bl.Annotations[buildlockv1.OverriddenByAnnotation],
+					"reason", bl.Annotations[buildlockv1.OverrideAnnotation])
+				w.recorder.Eventf(bl, nil, "Warning", buildlockv1.ReasonOverridden, "Override", "%s", truncate(v.Message, maxEventNoteLength))
+			}
 			w.metrics.observeTransition(bl, v, now)
 			if v.Phase == arbiter.Held && bl.Spec.Rollback != nil {
 				w.metrics.observeRollback(verifiedRequester(bl, obs.verifiedSince))

@@ -58,14 +58,15 @@ func InstallEnforcement(ctx context.Context, cfg *rest.Config) error {
 	probe.SetKind("BuildLock")
 	probe.SetNamespace("default")
 	probe.SetName("enforcement-probe")
-	probe.SetAnnotations(map[string]string{"buildlock.io/force-release": "probe: installing"})
+	probe.SetAnnotations(map[string]string{"buildlock.io/force-release": "probe: installing", "buildlock.io/override": "probe: installing"})
 	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
 		admitted := probe.DeepCopy()
 		if err := c.Create(ctx, admitted, client.DryRunAll); err != nil {
 			return false, nil
 		}
 		_, stamped, _ := unstructured.NestedString(admitted.Object, "spec", "requester", "username")
-		return stamped && admitted.GetAnnotations()["buildlock.io/force-released-by"] != "", nil
+		stamps := admitted.GetAnnotations()
+		return stamped && stamps["buildlock.io/force-released-by"] != "" && stamps["buildlock.io/overridden-by"] != "", nil
 	})
 }
 

@@ -50,6 +50,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/robfig/cron/v3"
@@ -240,12 +241,23 @@ func location(name string) (*time.Location, error) {
 	if !timeZonePattern.MatchString(name) || name == "Local" || strings.HasPrefix(name, "posix/") || strings.HasPrefix(name, "right/") {
 		return nil, fmt.Errorf("time zone %q is not an IANA time-zone name such as Europe/Berlin", name)
 	}
+	if loc, ok := locations.Load(name); ok {
+		return loc.(*time.Location), nil
+	}
 	loc, err := time.LoadLocation(name)
 	if err != nil {
 		return nil, fmt.Errorf("time zone %q is not in the operator's time-zone database: %w", name, err)
 	}
+	locations.Store(name, loc)
 	return loc, nil
 }
+
+// locations holds the zones loaded so far, by name: time.LoadLocation reads
+// and parses the zone's file on every call, and the controller compiles a
+// policy's windows on every decision of its lock. A binary's zone database
+// does not change while it runs; the names are those the API server's own
+// database knows, so the map stays small.
+var locations sync.Map
 
 // parseSchedule parses a five-field schedule that the API's patterns
 // admit, to be evaluated on wall-clock times written as UTC (rule 3 is

@@ -58,6 +58,7 @@ type options struct {
 	onError       func(error)
 	renewInterval time.Duration
 	renewDeadline time.Duration
+	failIfFrozen  bool
 }
 
 func newOptions(opts []Option) options {
@@ -205,7 +206,11 @@ func AcquireHold(ctx context.Context, c client.WithWatch, claim Claim, opts ...O
 	} else {
 		p.close()
 	}
+	var frozen *FrozenError
 	switch {
+	case errors.As(err, &frozen):
+		frozen.CleanupErr = cleanupErr
+		return nil, frozen
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
 		return nil, &TimeoutError{
 			Namespace: bl.Namespace, Name: bl.Name, Waited: time.Since(start),
@@ -452,6 +457,9 @@ func (w *waiter) changed(store cache.Store) (bool, error) {
 	if bl.ResourceVersion != w.last.ResourceVersion || !samePlace(place, w.place) {
 		w.last, w.place = bl, place
 		w.o.observe(Event{Type: EventUpdated, BuildLock: bl.DeepCopy(), Place: place})
+	}
+	if err := frozenVerdict(bl); err != nil && w.o.failIfFrozen {
+		return true, err
 	}
 	return verdict(bl)
 }

@@ -24,6 +24,9 @@ type Summary struct {
 	// Ordering is the lock's BuildLockPolicy's spec.ordering (NewestWins
 	// without a policy); empty when the policies could not be read.
 	Ordering buildlockv1.Ordering `json:"ordering,omitempty"`
+	// Frozen, while the policy's deploy windows freeze the target, says
+	// until when and why (FreezeOf); empty when it is open.
+	Frozen string `json:"frozen,omitempty"`
 	// Holder is the claim that holds the lock, if any.
 	Holder *ClaimSummary `json:"holder,omitempty"`
 	// Queue is the claims that wait for the lock, in the order they are
@@ -128,10 +131,15 @@ func readPolicies(ctx context.Context, c client.Reader, namespace, target string
 // of its arguments.
 func Summarize(claims []buildlockv1.BuildLock, policies []buildlockv1.BuildLockPolicy) []Summary {
 	orderings := map[types.NamespacedName]buildlockv1.Ordering{}
-	for _, p := range policies {
-		orderings[types.NamespacedName{Namespace: p.Namespace, Name: p.Name}] = cmp.Or(p.Spec.Ordering, buildlockv1.OrderingNewestWins)
-	}
+	frozen := map[types.NamespacedName]string{}
 	byLock := map[types.NamespacedName][]*buildlockv1.BuildLock{}
+	for _, p := range policies {
+		key := types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
+		orderings[key] = cmp.Or(p.Spec.Ordering, buildlockv1.OrderingNewestWins)
+		if frozen[key] = FreezeOf(&p); frozen[key] != "" {
+			byLock[key] = nil // a frozen target is shown without claims too
+		}
+	}
 	for i := range claims {
 		bl := &claims[i]
 		key := types.NamespacedName{Namespace: bl.Namespace, Name: bl.Spec.Target}
@@ -142,6 +150,7 @@ func Summarize(claims []buildlockv1.BuildLock, policies []buildlockv1.BuildLockP
 		ls := Summary{
 			Namespace: key.Namespace, Target: key.Name,
 			Ordering: cmp.Or(orderings[key], buildlockv1.OrderingNewestWins),
+			Frozen:   frozen[key], Claims: []ClaimSummary{},
 		}
 		if h := holderOf(claims); h != nil {
 			cs := claimSummaryOf(h)

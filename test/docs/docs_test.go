@@ -139,8 +139,8 @@ func isLetter(r rune) bool {
 }
 
 // TestReasonsAndPhasesAreTheAPIs holds docs/troubleshooting.md to
-// api/v1alpha1: its tables of a claim's reasons and of a policy's conditions
-// have a row for every Reason* constant and none for another, and the phases
+// api/v1alpha1: its tables of a claim's reasons, of a policy's conditions and
+// of the windows' events have a row for every Reason* constant and none for another, and the phases
 // of the claims' table are the API's phases, each at least once. README's
 // table of phases names only the API's.
 func TestReasonsAndPhasesAreTheAPIs(t *testing.T) {
@@ -158,9 +158,13 @@ func TestReasonsAndPhasesAreTheAPIs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	events, err := doctest.Table("docs/troubleshooting.md", "Events of deploy windows")
+	if err != nil {
+		t.Fatal(err)
+	}
 	documented := map[string]bool{}
 	documentedPhases := map[string]bool{}
-	for _, row := range slices.Concat(claims, policies) {
+	for _, row := range slices.Concat(claims, policies, events) {
 		reason, _ := doctest.CodeSpan(row[0])
 		if !reasons[reason] {
 			t.Errorf("docs/troubleshooting.md documents the reason %q, which api/v1alpha1 does not define", row[0])

@@ -33,6 +33,9 @@ const (
 	// every new BuildLock's spec.requester with the identity that creates
 	// it, and its binding (config/enforcement/requester.yaml).
 	requesterPolicyName = "buildlock-requester"
+	// overridePolicyName names the mutating and the validating admission
+	// policies that stamp and guard buildlockv1.OverriddenByAnnotation.
+	overridePolicyName = "buildlock-override"
 )
 
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicies;mutatingadmissionpolicies;mutatingadmissionpolicybindings,verbs=get;list;watch
@@ -129,15 +132,25 @@ func (a *Policies) RequestersVerifiedSince(settle time.Duration) time.Time {
 	return policy.Add(settle)
 }
 
-// Unverify clears claims' ForceReleasedBy unless the policies that stamp
-// and guard it (buildlock-force-release) are installed: without them, the
-// stamp is anybody's word.
+// Unverify clears claims' ForceReleasedBy and Override.By unless the
+// policies that stamp and guard them (buildlock-force-release,
+// buildlock-override) are installed: without them, a stamp is anybody's
+// word.
 func (a *Policies) Unverify(claims []arbiter.Claim) {
-	stamped := slices.ContainsFunc(claims, func(c arbiter.Claim) bool { return c.ForceReleasedBy != "" })
-	if !stamped || a.Installed(mutatingPolicyKind, forceReleasePolicyName) && a.Installed(ValidatingPolicy, forceReleasePolicyName) {
-		return
+	if slices.ContainsFunc(claims, func(c arbiter.Claim) bool { return c.ForceReleasedBy != "" }) && !a.guarded(forceReleasePolicyName) {
+		for i := range claims {
+			claims[i].ForceReleasedBy = ""
+		}
 	}
-	for i := range claims {
-		claims[i].ForceReleasedBy = ""
+	if slices.ContainsFunc(claims, func(c arbiter.Claim) bool { return c.Override.By != "" }) && !a.guarded(overridePolicyName) {
+		for i := range claims {
+			claims[i].Override.By = ""
+		}
 	}
+}
+
+// guarded reports whether the mutating and the validating admission policy
+// named name are both installed.
+func (a *Policies) guarded(name string) bool {
+	return a.Installed(mutatingPolicyKind, name) && a.Installed(ValidatingPolicy, name)
 }

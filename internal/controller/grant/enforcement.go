@@ -33,7 +33,18 @@ const (
 	// Writer (arbiter.Grant.Writer) in the grant's compare-and-swap.
 	writerPodAnnotation  = "buildlock.io/writer-pod-uid"
 	writerUserAnnotation = "buildlock.io/writer-username"
-	writerRunAnnotation  = "buildlock.io/writer-run"
+	// frozenAnnotation on an enforced grant Lease says, while the target is
+	// frozen, until when and why ("until 2026-12-28T08:00:00+01:00 (holiday
+	// freeze)"), for buildlock-enforce's refusal message. It changes at the
+	// windows' edges only, so it costs a Lease write there and never one on
+	// a hand-off's path.
+	writerRunAnnotation = "buildlock.io/writer-run"
+	// frozenAnnotation on an enforced grant Lease says, while the target is
+	// frozen, until when and why ("until 2026-12-28T08:00:00+01:00 (holiday
+	// freeze)"), for buildlock-enforce's refusal message. It changes at the
+	// windows' edges only, so it costs a Lease write there and never one on
+	// a hand-off's path.
+	frozenAnnotation = "buildlock.io/frozen"
 )
 
 // Enforcement is what a lock's policy asks of the API server: nil when it
@@ -43,6 +54,19 @@ type Enforcement struct {
 	serviceAccounts string
 	// repositories is repositoriesAnnotation's value.
 	repositories string
+	// frozen is frozenAnnotation's value; empty while the target is open.
+	frozen string
+}
+
+// WithFreeze is e, for a target frozen as described ("until … (why)"; empty:
+// open). It leaves e itself as it is.
+func (e *Enforcement) WithFreeze(description string) *Enforcement {
+	if e == nil {
+		return nil
+	}
+	out := *e
+	out.frozen = description
+	return &out
 }
 
 // EnforcementOf returns the policy's enforcement (nil: no policy, or one
@@ -86,6 +110,7 @@ func WriterOf(bl *buildlockv1.BuildLock) arbiter.Writer {
 // setEnforcement writes the lock's enforcement onto the Lease: the
 // pipelines' annotations and the enforced label, or none of them.
 func setEnforcement(lease *coordinationv1.Lease, e *Enforcement) {
+	delete(lease.Annotations, frozenAnnotation)
 	if e == nil {
 		delete(lease.Annotations, serviceAccountsAnnotation)
 		delete(lease.Annotations, repositoriesAnnotation)
@@ -96,12 +121,15 @@ func setEnforcement(lease *coordinationv1.Lease, e *Enforcement) {
 		lease.Annotations = map[string]string{}
 	}
 	lease.Annotations[serviceAccountsAnnotation] = e.serviceAccounts
+	if e.frozen != "" {
+		lease.Annotations[frozenAnnotation] = e.frozen
+	}
 	lease.Annotations[repositoriesAnnotation] = e.repositories
 	lease.Labels[enforcedLabel] = "true"
 }
 
 // EnforcementCurrent reports whether the Lease (nil: none) carries exactly
-// e.
+// e's fence (not its freeze, which the lock reconciler keeps).
 func EnforcementCurrent(lease *coordinationv1.Lease, e *Enforcement) bool {
 	if lease == nil {
 		return e == nil

@@ -24,11 +24,13 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -46,6 +48,7 @@ import (
 	"github.com/buildlock/buildlock/internal/arbiter"
 	"github.com/buildlock/buildlock/internal/controller/admission"
 	"github.com/buildlock/buildlock/internal/controller/grant"
+	"github.com/buildlock/buildlock/internal/window"
 )
 
 // conflictRetryDelay is how soon a policy whose status write lost a race
@@ -81,6 +84,8 @@ type Reconciler struct {
 	Defaults arbiter.Policy
 	// Registry receives the fence metrics.
 	Registry prometheus.Registerer
+	// Recorder records the Events of freezes beginning and ending.
+	Recorder events.EventRecorder
 	// SkipNameValidation allows several managers in one process (tests).
 	SkipNameValidation bool
 
@@ -109,7 +114,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, bindErr
 	}
 	change, after, fenceErr := r.enforcement(ctx, lock, applied, lease)
-	statusErr := r.writeStatus(ctx, applied, change)
+	now := r.Clock.Now()
+	state, _ := applied.Windows.At(now)
+	r.prober.metrics.setFrozen(lock, applied.Windows != nil, !state.Open)
+	statusErr := r.writeStatus(ctx, applied, change, state)
+	// The windows' next edge is looked at then: the status shows it, and
+	// the freeze's Events are recorded there.
+	if edge := applied.Windows.Edge(state); !edge.IsZero() && (after <= 0 || edge.Sub(now) < after) {
+		after = max(edge.Sub(now), time.Millisecond)
+	}
 	if err := errors.Join(bindErr, fenceErr, statusErr); err != nil {
 		if apierrors.IsConflict(statusErr) && bindErr == nil && fenceErr == nil {
 			return ctrl.Result{RequeueAfter: conflictRetryDelay}, nil
@@ -144,9 +157,10 @@ func (r *Reconciler) enforcement(ctx context.Context, lock arbiter.Lock, applied
 }
 
 // writeStatus sets the policy's Ready condition and its Enforced condition
-// (see enforcedChange), and writes the status when either changed,
-// conditional on the policy read.
-func (r *Reconciler) writeStatus(ctx context.Context, applied Applied, change enforcedChange) error {
+// (see enforcedChange), and what its windows say at state (state,
+// activeWindows, nextChange), and writes the status when any changed,
+// conditional on the policy read; a change of state records an Event.
+func (r *Reconciler) writeStatus(ctx context.Context, applied Applied, change enforcedChange, state window.State) error {
 	policy := applied.Object
 	status := policy.Status.DeepCopy()
 	now := metav1.NewTime(r.Clock.Now())
@@ -163,7 +177,8 @@ func (r *Reconciler) writeStatus(ctx context.Context, applied Applied, change en
 		c.LastTransitionTime = now
 		changed = meta.SetStatusCondition(&status.Conditions, c) || changed
 	}
-	if !changed && status.ObservedGeneration == policy.Status.ObservedGeneration {
+	status.State, status.ActiveWindows, status.NextChange = applied.Windows.status(state)
+	if !changed && equality.Semantic.DeepEqual(*status, policy.Status) {
 		return nil
 	}
 	updated := policy.DeepCopy()
@@ -171,10 +186,44 @@ func (r *Reconciler) writeStatus(ctx context.Context, applied Applied, change en
 	if err := r.Client.Status().Update(ctx, updated); err != nil {
 		return fmt.Errorf("writing status of BuildLockPolicy %s/%s: %w", policy.Namespace, policy.Name, err)
 	}
+	r.recordFreeze(ctx, policy, status)
 	if change.c != nil && !conditionShown(policy, change.c) {
 		logf.FromContext(ctx).Info("Enforcement changed", "target", policy.Name, "reason", change.c.Reason)
 	}
 	return nil
+}
+
+// recordFreeze records an Event, and logs, when the policy's target became
+// frozen or open again with the status just written (from one it showed
+// before: a policy's first status records none when open).
+func (r *Reconciler) recordFreeze(ctx context.Context, policy *buildlockv1.BuildLockPolicy, status *buildlockv1.BuildLockPolicyStatus) {
+	was, is := policy.Status.State, status.State
+	if was == is || (was == "" && is == buildlockv1.WindowStateOpen) {
+		return
+	}
+	next := "no change within a year"
+	if status.NextChange != nil {
+		next = status.NextChange.UTC().Format(time.RFC3339)
+	}
+	reason, note := buildlockv1.ReasonFreezeEnded, fmt.Sprintf("Target %s is open: claims are granted again; next freeze: %s.", policy.Name, next)
+	if is == buildlockv1.WindowStateFrozen {
+		why := "outside its Allow windows"
+		if len(status.ActiveWindows) > 0 && status.ActiveWindows[0].Kind == buildlockv1.WindowDeny {
+			a := status.ActiveWindows[0]
+			why = fmt.Sprintf("window %s", window.Name(policy.Spec.Windows, int(a.Index)))
+			if a.Reason != "" {
+				why += fmt.Sprintf(" (%s)", a.Reason)
+			}
+			if a.FrozenBy != "" {
+				why += ", frozen by " + a.FrozenBy
+			}
+		}
+		reason, note = buildlockv1.ReasonFreezeBegan, fmt.Sprintf("Target %s is frozen by %s: no claim is granted but through an override, until %s.", policy.Name, why, next)
+	}
+	logf.FromContext(ctx).Info("Deploy window changed", "target", policy.Name, "state", is, "nextChange", next)
+	if r.Recorder != nil {
+		r.Recorder.Eventf(policy, nil, "Normal", reason, "Freeze", "%s", note)
+	}
 }
 
 // conditionShown reports whether the policy's status already shows c, with

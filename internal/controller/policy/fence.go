@@ -303,6 +303,7 @@ func (p *prober) forget(lock arbiter.Lock) {
 	defer p.mu.Unlock()
 	delete(p.locks, lock)
 	p.metrics.set(lock, "")
+	p.metrics.setFrozen(lock, false, false)
 }
 
 // state returns the lock's state, creating it. p.mu must be held.

@@ -28,6 +28,8 @@ type Applied struct {
 	Object *buildlockv1.BuildLockPolicy
 	// Ready is the Ready condition Object's status must have.
 	Ready metav1.Condition
+	// Windows are the policy's deploy windows; nil when it has none.
+	Windows *Windows
 }
 
 // Read reads the lock's BuildLockPolicy through reader (the cache) and
@@ -59,6 +61,8 @@ func For(obj *buildlockv1.BuildLockPolicy, lock arbiter.Lock, defaults arbiter.P
 	p.Object = obj
 	p.Enforce = grant.EnforcementOf(obj)
 	p.Ready = metav1.Condition{Type: buildlockv1.ConditionReady, ObservedGeneration: obj.Generation}
+	windows, windowsErr := windowsOf(obj)
+	p.Windows = windows
 	ordering, ok := orderings[obj.Spec.Ordering]
 	if !ok {
 		p.Ready.Status, p.Ready.Reason = metav1.ConditionFalse, buildlockv1.ReasonInvalidPolicy
@@ -90,6 +94,13 @@ func For(obj *buildlockv1.BuildLockPolicy, lock arbiter.Lock, defaults arbiter.P
 	case maxHold > 0:
 		limit = "the operator's maximum hold of " + maxHold.String()
 	}
+	if windowsErr != nil {
+		// Fail closed: a window the operator cannot evaluate freezes the
+		// target until the policy is fixed.
+		p.Ready.Status, p.Ready.Reason = metav1.ConditionFalse, buildlockv1.ReasonInvalidPolicy
+		p.Ready.Message = fmt.Sprintf("%s: target %s is frozen until the policy is fixed.", windowsErr, lock.Target)
+		return p
+	}
 	p.Ready.Status, p.Ready.Reason = metav1.ConditionTrue, buildlockv1.ReasonApplied
 	reruns := "re-runs of the build that held last are allowed"
 	if p.Arbiter.RefuseReruns {
@@ -97,6 +108,9 @@ func For(obj *buildlockv1.BuildLockPolicy, lock arbiter.Lock, defaults arbiter.P
 	}
 	p.Ready.Message = fmt.Sprintf("BuildLocks for target %s follow the ordering %s, with %s; %s, and rollbacks are allowed for %s.",
 		lock.Target, ordering, limit, reruns, rollbackWho[p.Arbiter.Rollbacks])
+	if windows != nil {
+		p.Ready.Message += fmt.Sprintf(" Its %d deploy windows are in effect.", len(obj.Spec.Windows))
+	}
 	return p
 }
 
