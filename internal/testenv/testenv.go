@@ -10,7 +10,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -26,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/buildlock/buildlock/internal/controller"
+	"github.com/buildlock/buildlock/internal/doctest"
 )
 
 // K8sVersion is the version of the control-plane binaries under bin/k8s.
@@ -37,24 +37,7 @@ func Scheme() *runtime.Scheme { return controller.Scheme() }
 // RepoRoot finds the repository root (the directory holding go.mod) from the
 // working directory upwards, so that tests in any package find the CRDs and
 // binaries.
-func RepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("finding the working directory: %w", err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			if _, err := os.Stat(filepath.Join(dir, "config", "crd", "bases")); err == nil {
-				return dir, nil
-			}
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod with config/crd/bases above the working directory")
-		}
-		dir = parent
-	}
-}
+func RepoRoot() (string, error) { return doctest.RepoRoot() }
 
 // New returns an envtest environment with the BuildLock CRD, using the
 // binaries in KUBEBUILDER_ASSETS or else bin/k8s/<version>, configured by

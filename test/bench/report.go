@@ -3,7 +3,6 @@
 package bench
 
 import (
-	_ "embed"
 	"fmt"
 	"image/color"
 	"maps"
@@ -16,13 +15,6 @@ import (
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 )
-
-// notes is the hand-written analysis appended to the report: what limits
-// each number and what to change. It does not quote numbers, which change
-// from run to run.
-//
-//go:embed notes.md
-var notes string
 
 // latencyRow is one line of a latency table.
 type latencyRow struct {
@@ -141,6 +133,9 @@ func report(r *results, plotFile string) string {
 	p("cores, which the API server, etcd, the operator and the contenders all compete for; compare rows by their ratios within the")
 	p("run rather than across runs.")
 	p("")
+	p("Nothing here is written by hand. What each row measures, how to read it and how to reproduce it:")
+	p("[bench-method.md](bench-method.md); dated analyses of runs: [runs/](runs/README.md).")
+	p("")
 	p("## Machine and versions")
 	p("")
 	p("| | |")
@@ -168,7 +163,7 @@ func report(r *results, plotFile string) string {
 		p("")
 	}
 
-	p("## Goals of issue 16")
+	p("## Goals")
 	p("")
 	p("Ratios within this run. A hand-off ends when the waiter learns it holds: from its grant Lease (`holderIdentity` names the")
 	p("claim, `leaseTransitions` is the fencing token), as `pkg/lock` and the plugin do, or from its status (`Held`), as")
@@ -251,8 +246,7 @@ func report(r *results, plotFile string) string {
 	p("")
 	p("“Flat” is judged as growing by less than a tenth of what caching the pods would cost: the manager watches whole pods but")
 	p("keeps only each pod's name, namespace, UID, resourceVersion, deletion time and phase (so that a pod's events map to its")
-	p("claims, and a finished pod is known), never its spec. That small entry per pod is what remains; see the analysis for how to")
-	p("remove it too.")
+	p("claims, and a finished pod is known), never its spec. That small entry per pod is what remains.")
 	p("")
 
 	p("## 1. Hand-off latency")
@@ -487,7 +481,7 @@ func report(r *results, plotFile string) string {
 	}
 
 	if bq := r.burst; len(bq.quiet.lat) > 0 {
-		p("## 8. A burst in another namespace (issue 11)")
+		p("## 8. A burst in another namespace")
 		p("")
 		p("Hand-offs (claim deleted) in one namespace, first on their own, then while %d claims (%d targets, two lines each) are", bq.claims, bq.targets)
 		p("created at once by 32 clients in another namespace, until every claim of the burst has a phase (created in %s, decided", ms(bq.created))
@@ -510,7 +504,7 @@ func report(r *results, plotFile string) string {
 	}
 
 	if len(r.queue1.lat) > 0 {
-		p("## 9. Queue ordering (issue 12)")
+		p("## 9. Queue ordering")
 		p("")
 		p("Hand-offs (claim deleted) on a target whose BuildLockPolicy says `ordering: Queue`, with 1 and with %d lines waiting", queueLines)
 		p("(a new line joins at the back after each hand-off), beside the NewestWins hand-offs of section 1 (one waiting slot).")
@@ -531,7 +525,7 @@ func report(r *results, plotFile string) string {
 	}
 
 	if e := r.enforce; len(e.firstRefused) > 0 {
-		p("## 10. The enforcement window (issue 13)")
+		p("## 10. The enforcement window")
 		p("")
 		p("The enforcement admission policies installed (`config/enforcement`, as the chart's `enforcement.enabled`), a target")
 		p("namespace labelled `buildlock.io/locked-by=<claims namespace>`, a BuildLockPolicy with `spec.enforce`, and pipeline pods")
@@ -564,8 +558,6 @@ func report(r *results, plotFile string) string {
 		p("%s", strings.TrimSpace(prof))
 		p("```")
 	}
-	p("")
-	p("%s", strings.TrimSpace(notes))
 	return w.String()
 }
 

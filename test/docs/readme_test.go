@@ -1,6 +1,7 @@
-// Package docs runs what the README tells people to type against a real
-// kube-apiserver and etcd, with the operator running: a command the README
-// shows must work as written.
+// What the README tells people to type runs against a real kube-apiserver
+// and etcd, with the operator running: a command the README shows must work
+// as written.
+
 package docs
 
 import (
@@ -128,8 +129,14 @@ func TestREADMECommandsWork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	commands := kubectlCommands(t, string(readme), readmeVerbs)
-	if len(commands) == 0 {
+	// The walk-through's commands depend on each other's state (a claim
+	// waits behind another): TestReadmeWalkthroughRuns runs them in order.
+	from, to := sectionLines(string(readme), walkthrough)
+	all := kubectlCommands(t, string(readme), readmeVerbs)
+	commands := slices.DeleteFunc(slices.Clone(all), func(c readmeCommand) bool {
+		return c.line > from && c.line < to
+	})
+	if len(all) == 0 {
 		t.Fatal("the README shows no kubectl command to read claims")
 	}
 	// Beyond the README: the other forms that resolve a kind by its name.
@@ -248,6 +255,22 @@ func runShell(ctx context.Context, kubectl, kubeconfig, command string) (string,
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
 	return out.String(), err
+}
+
+// sectionLines returns the line numbers (1-based) of the level-2 heading
+// titled heading in readme and of the next level-2 heading (or the end).
+func sectionLines(readme, heading string) (from, to int) {
+	lines := strings.Split(readme, "\n")
+	to = len(lines) + 1
+	for i, line := range lines {
+		switch {
+		case line == "## "+heading:
+			from = i + 1
+		case from > 0 && strings.HasPrefix(line, "## "):
+			return from, i + 1
+		}
+	}
+	return from, to
 }
 
 // TestKubectlCommandsAreFound keeps the README parser honest: it finds the
