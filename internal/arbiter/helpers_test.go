@@ -233,6 +233,7 @@ func genInput(ch chooser) input {
 
 // genRollbacks are the policies on rollbacks.
 var genRollbacks = []Rollbacks{"", RollbacksAnyone, RollbacksPeopleOnly, RollbacksNobody}
+
 // withFreezes gives in a freeze (often) and its claims overrides (rule
 // 12), chosen by ch. It draws from its own chooser in the property tests,
 // so that the inputs genInput draws stay those every earlier version of

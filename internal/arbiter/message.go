@@ -38,18 +38,8 @@ func (d *decider) message(i int, grant Grant) string {
 		return d.supersededMessage(i)
 	case ReasonRollbackNotAllowed:
 		return d.rollbackRefusedMessage(c)
-	case ReasonLineOwnedByOther:
-		r := d.byMemory[i]
-		return fmt.Sprintf("%s will not deploy: its line belongs to %s, which held %s with build %d at %s, and this "+
-			"claim was created by %s. A line belongs to the pipeline that holds it, until %s; claim it as that "+
-			"pipeline, or have a person claim it.", capitalized(build(c)), printable(r.Owner), target,
-			r.Build, stamp(r.HeldAt), printable(c.Identity), stamp(r.HeldAt.Add(d.lineMemory())))
-	case ReasonBuildJumpTooLarge:
-		r := d.byMemory[i]
-		return fmt.Sprintf("%s is more than %d above build %d of its line, which held %s at %s: it will not deploy. "+
-			"Until %s a build of the line may go at most %d higher (the operator's --max-build-jump); give it a "+
-			"lower build number, or have a person claim it.", capitalized(build(c)), d.maxBuildJump(), r.Build, target,
-			stamp(r.HeldAt), stamp(r.HeldAt.Add(d.lineMemory())), d.maxBuildJump())
+	case ReasonLineOwnedByOther, ReasonBuildJumpTooLarge:
+		return d.lineMemoryMessage(i, v.Reason)
 	case ReasonDeleted:
 		if d.wasHolding(i) {
 			return fmt.Sprintf("The BuildLock of %s was deleted (a finalizer still keeps it); its hold on %s "+
@@ -393,4 +383,20 @@ func capitalized(s string) string {
 // stamp formats an instant for messages and printed decisions.
 func stamp(t time.Time) string {
 	return t.UTC().Format(time.RFC3339)
+}
+
+// lineMemoryMessage is the message of claim i, refused by its line's memory
+// for reason: LineOwnedByOther or BuildJumpTooLarge (rule 3).
+func (d *decider) lineMemoryMessage(i int, reason string) string {
+	c, r, target := d.claims[i], d.byMemory[i], d.lock.Target
+	if reason == ReasonLineOwnedByOther {
+		return fmt.Sprintf("%s will not deploy: its line belongs to %s, which held %s with build %d at %s, and this "+
+			"claim was created by %s. A line belongs to the pipeline that holds it, until %s; claim it as that "+
+			"pipeline, or have a person claim it.", capitalized(build(c)), printable(r.Owner), target,
+			r.Build, stamp(r.HeldAt), printable(c.Identity), stamp(r.HeldAt.Add(d.lineMemory())))
+	}
+	return fmt.Sprintf("%s is more than %d above build %d of its line, which held %s at %s: it will not deploy. "+
+		"Until %s a build of the line may go at most %d higher (the operator's --max-build-jump); give it a "+
+		"lower build number, or have a person claim it.", capitalized(build(c)), d.maxBuildJump(), r.Build, target,
+		stamp(r.HeldAt), stamp(r.HeldAt.Add(d.lineMemory())), d.maxBuildJump())
 }
