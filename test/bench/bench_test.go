@@ -157,7 +157,14 @@ func TestBench(t *testing.T) {
 		b.res.memory, err = b.memory(pods, claims)
 		return err
 	})
-	step("request costs", func() (err error) { b.res.costs, err = b.requestCosts(handoffs); return err })
+	step("request costs", func() (err error) {
+		if b.res.costs, err = b.requestCosts(handoffs); err != nil {
+			return err
+		}
+		prof, err := b.statusWriteProfile()
+		b.res.profiles = append(b.res.profiles, prof)
+		return err
+	})
 	mgr, err := testenv.StartManager(ctx, b.ops.wrap(b.cfg), testenv.ManagerOptions{Workers: *flagWorkers})
 	must(t, err)
 	// The manager starts by deciding every lock the cluster has (those the
