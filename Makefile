@@ -80,6 +80,7 @@ test: manifests generate fmt vet envtest $(KREW) $(KREW_VALIDATE) ## Build missi
 .PHONY: fuzz
 fuzz: ## Fuzz every parser and the arbiter, FUZZTIME each.
 	go test ./internal/arbiter -run '^$$' -fuzz '^FuzzDecide$$' -fuzztime $(FUZZTIME)
+	go test ./internal/window -run '^$$' -fuzz '^FuzzCalendar$$' -fuzztime $(FUZZTIME)
 	go test ./pkg/lock -run '^$$' -fuzz '^FuzzName$$' -fuzztime $(FUZZTIME)
 	go test ./pkg/lock -run '^$$' -fuzz '^FuzzDetectCI$$' -fuzztime $(FUZZTIME)
 	go test ./cmd/kubectl-buildlock -run '^$$' -fuzz '^FuzzParseAcquire$$' -fuzztime $(FUZZTIME)

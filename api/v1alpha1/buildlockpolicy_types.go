@@ -136,6 +136,20 @@ type BuildLockPolicySpec struct {
 	// (enforcement.enabled).
 	// +optional
 	Enforce *Enforcement `json:"enforce,omitempty"`
+
+	// Windows freeze the target at times (Deny) or open it only at times
+	// (Allow): while the target is frozen no claim is granted, but through
+	// an override (`kubectl buildlock override`). Deny beats Allow; with
+	// any Allow window the target is frozen outside every Allow window. A
+	// build that holds when the target freezes keeps the lock until it
+	// ends (unless its window says holder: Release); waiting claims keep
+	// their place (reason Frozen) and are granted when it opens. At most
+	// 32 windows; status.state says whether the target is open now.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:XValidation:rule="self.all(w, !has(w.name) || self.exists_one(v, has(v.name) && v.name == w.name))",message="the names of spec.windows must be unique"
+	Windows []Window `json:"windows,omitempty"`
 }
 
 // Enforcement names the pipelines whose writes into the target namespace
@@ -162,6 +176,23 @@ type BuildLockPolicyStatus struct {
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// State is Open or Frozen: whether claims on the target are granted
+	// now, by spec.windows (Open without windows).
+	// +optional
+	State WindowState `json:"state,omitempty"`
+
+	// ActiveWindows are the windows in effect: Deny windows first, then
+	// Allow windows, each kind the longest-lasting first.
+	// +optional
+	// +listType=atomic
+	ActiveWindows []ActiveWindow `json:"activeWindows,omitempty"`
+
+	// NextChange is when state changes next (for a frozen target, when it
+	// opens); absent when it does not change within the operator's
+	// look-ahead (a year).
+	// +optional
+	NextChange *metav1.Time `json:"nextChange,omitempty"`
 }
 
 // BuildLockPolicy chooses how one lock is arbitrated. It lives in the
@@ -176,9 +207,13 @@ type BuildLockPolicyStatus struct {
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be the target this policy governs: a namespace name (a DNS-1123 label of at most 63 characters)"
 // +kubebuilder:printcolumn:name="Ordering",type=string,JSONPath=`.spec.ordering`
 // +kubebuilder:printcolumn:name="Max Hold",type=string,JSONPath=`.spec.maxHold`
+// +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.state`
+// +kubebuilder:printcolumn:name="Next Change",type=string,JSONPath=`.status.nextChange`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.activeWindows[0].reason`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Enforced",type=string,JSONPath=`.status.conditions[?(@.type=="Enforced")].reason`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Window",type=string,JSONPath=`.status.activeWindows[0].name`,priority=1
 type BuildLockPolicy struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

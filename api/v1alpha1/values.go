@@ -145,3 +145,58 @@ const (
 	// Control characters are escaped, never printed raw.
 	MaxQuotedLength = 320
 )
+
+// Bounds and patterns of a BuildLockPolicy's spec.windows, as the CRD
+// enforces them (CronSchedule, TimeZone and Window repeat them literally).
+const (
+	// MaxWindows bounds the number of a policy's windows.
+	MaxWindows = 32
+	// MinWindowDuration and MaxWindowDuration bound a recurring window's
+	// duration.
+	MinWindowDuration = time.Minute
+	MaxWindowDuration = 366 * 24 * time.Hour
+	// MaxScheduleLength bounds a window's schedule, in bytes.
+	MaxScheduleLength = 100
+	// MaxWindowReasonLength bounds a window's reason, in characters; the
+	// reason of `kubectl buildlock freeze` and `override` too.
+	MaxWindowReasonLength = 256
+	// DefaultTimeZone is the time zone of a window without one.
+	DefaultTimeZone = "UTC"
+	// TimeZonePattern is the shape of an IANA time-zone name ("Local",
+	// names under posix/ and right/ excepted): the API server then checks
+	// that its zone database knows it.
+	TimeZonePattern = `^[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+)*$`
+	// ScheduleShapePattern is five fields separated by spaces.
+	ScheduleShapePattern = `^\S+( +\S+){4}$`
+)
+
+// The patterns of a schedule's five fields, unanchored, in their order:
+// each is *, a value, or a range of values, optionally with a step, or a
+// comma-separated list of them. The API server also checks that every
+// range goes upwards.
+const (
+	CronMinutePattern     = `(\*|([0-5]?[0-9])(-([0-5]?[0-9]))?)(/[1-9][0-9]?)?(,(\*|([0-5]?[0-9])(-([0-5]?[0-9]))?)(/[1-9][0-9]?)?)*`
+	CronHourPattern       = `(\*|([01]?[0-9]|2[0-3])(-([01]?[0-9]|2[0-3]))?)(/[1-9][0-9]?)?(,(\*|([01]?[0-9]|2[0-3])(-([01]?[0-9]|2[0-3]))?)(/[1-9][0-9]?)?)*`
+	CronDayOfMonthPattern = `(\*|(0?[1-9]|[12][0-9]|3[01])(-(0?[1-9]|[12][0-9]|3[01]))?)(/[1-9][0-9]?)?(,(\*|(0?[1-9]|[12][0-9]|3[01])(-(0?[1-9]|[12][0-9]|3[01]))?)(/[1-9][0-9]?)?)*`
+	CronMonthPattern      = `(\*|(0?[1-9]|1[0-2]|(?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec))(-(0?[1-9]|1[0-2]|(?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)))?)(/[1-9][0-9]?)?(,(\*|(0?[1-9]|1[0-2]|(?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec))(-(0?[1-9]|1[0-2]|(?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)))?)(/[1-9][0-9]?)?)*`
+	CronDayOfWeekPattern  = `(\*|([0-6]|(?i:sun|mon|tue|wed|thu|fri|sat))(-([0-6]|(?i:sun|mon|tue|wed|thu|fri|sat)))?)(/[1-9][0-9]?)?(,(\*|([0-6]|(?i:sun|mon|tue|wed|thu|fri|sat))(-([0-6]|(?i:sun|mon|tue|wed|thu|fri|sat)))?)(/[1-9][0-9]?)?)*`
+)
+
+// CronFieldPatterns are the patterns of a schedule's fields, in order, with
+// the field's name.
+var CronFieldPatterns = [5]struct{ Name, Pattern string }{
+	{"minute", CronMinutePattern},
+	{"hour", CronHourPattern},
+	{"day of month", CronDayOfMonthPattern},
+	{"month", CronMonthPattern},
+	{"day of week", CronDayOfWeekPattern},
+}
+
+// Bounds of a person's freezes and overrides.
+const (
+	// DefaultOverrideFor is how long an override lasts unused when
+	// `kubectl buildlock override` is given no --for.
+	DefaultOverrideFor = 30 * time.Minute
+	// MaxOverrideFor bounds how far ahead an override's expiry may be.
+	MaxOverrideFor = 24 * time.Hour
+)

@@ -95,6 +95,41 @@ func TestTargetFieldIsSelectable(t *testing.T) {
 	t.Errorf("the CRD has no selectable field .%s: %+v", buildlockv1.TargetField, fields)
 }
 
+// TestWindowValuesAreTheCRDs keeps the bounds and patterns of spec.windows
+// equal to what the CRD enforces.
+func TestWindowValuesAreTheCRDs(t *testing.T) {
+	windows := readSchema(t, "buildlock.io_buildlockpolicies.yaml").Properties["spec"].Properties["windows"]
+	check := func(what string, got, want any) {
+		t.Helper()
+		if got != want {
+			t.Errorf("%s: the CRD has %v, api/v1alpha1 says %v", what, got, want)
+		}
+	}
+	check("windows maxItems", *windows.MaxItems, int64(buildlockv1.MaxWindows))
+	w := windows.Items.Schema.Properties
+	check("schedule maxLength", *w["schedule"].MaxLength, int64(buildlockv1.MaxScheduleLength))
+	schedule := rules(w["schedule"])
+	check("schedule rules have the shape", strings.Contains(schedule, "self.matches(r'"+buildlockv1.ScheduleShapePattern+"')"), true)
+	for i, f := range buildlockv1.CronFieldPatterns {
+		fields := []string{`\S+`, `\S+`, `\S+`, `\S+`, `\S+`}
+		fields[i] = f.Pattern
+		check(f.Name+" rule has its pattern", strings.Contains(schedule, "r'^"+strings.Join(fields, " +")+"$'"), true)
+	}
+	zone := w["timeZone"]
+	check("timeZone maxLength", *zone.MaxLength, int64(64))
+	check("timeZone rules have the pattern", strings.Count(rules(zone), "r'"+buildlockv1.TimeZonePattern+"'"), 2)
+	duration := rules(w["duration"])
+	check("duration rule has the duration pattern", strings.Contains(duration, "r'"+buildlockv1.DurationPattern+"'"), true)
+	check("duration rule has the bounds", strings.Contains(duration, "duration('"+durationText(buildlockv1.MinWindowDuration)+"')") &&
+		strings.Contains(duration, "duration('"+durationText(buildlockv1.MaxWindowDuration)+"')"), true)
+	check("reason maxLength", *w["reason"].MaxLength, int64(buildlockv1.MaxWindowReasonLength))
+	check("reason rule has the forbidden characters", strings.Contains(rules(w["reason"]), "["+buildlockv1.BranchForbiddenChars+"]"), true)
+	check("name pattern", w["name"].Pattern, buildlockv1.TargetPattern)
+	for _, field := range []string{"start", "end"} {
+		check(field+" rule has the time pattern", strings.Contains(rules(w[field]), "r'"+buildlockv1.TimePattern+"'"), true)
+	}
+}
+
 // durationText writes d as the markers do: "10s", "24h", "1m", "168h".
 func durationText(d time.Duration) string {
 	switch {
@@ -114,6 +149,14 @@ func TestPatternsCompile(t *testing.T) {
 		buildlockv1.TimePattern:     {"2026-11-30T22:45:00Z": true, "2026-11-30T22:45:00.123456789+14:00": true, "2026-11-30t22:45:00z": false, "2026-11-30T22:45:00": false},
 		buildlockv1.DurationPattern: {"30m": true, "1h0m0s": true, "1.5h": true, "99999999999h": false, "3600": false, "-1m": false},
 		buildlockv1.PodUIDPattern:   {"0f9c4e2a-7b1d-4c3e-9a5f-123456789abc": true, "abc": false},
+		buildlockv1.TimeZonePattern: {"Europe/Berlin": true, "America/Argentina/Buenos_Aires": true, "Etc/GMT+5": true, "UTC": true,
+			"+01:00": false, "../etc": false, "Europe/": false, "": false},
+		buildlockv1.ScheduleShapePattern:              {"0 18 * * FRI": true, "0  18 * * FRI": true, "0 18 * *": false, "0 0 18 * * FRI": false, " 0 18 * * FRI": false},
+		"^" + buildlockv1.CronMinutePattern + "$":     {"*": true, "0,15,30-45/5": true, "5/15": true, "60": false, "*/0": false, "-1": false},
+		"^" + buildlockv1.CronHourPattern + "$":       {"23": true, "9-17": true, "24": false},
+		"^" + buildlockv1.CronDayOfMonthPattern + "$": {"31": true, "1-7,15": true, "0": false, "32": false, "L": false, "?": false},
+		"^" + buildlockv1.CronMonthPattern + "$":      {"JAN-mar,6,Oct": true, "13": false, "JANUARY": false},
+		"^" + buildlockv1.CronDayOfWeekPattern + "$":  {"mon-fri": true, "0": true, "6": true, "7": false, "5#3": false},
 	} {
 		re := regexp.MustCompile(pattern)
 		for s, want := range cases {
