@@ -262,7 +262,10 @@ type BuildLockStatus struct {
 	Holder string `json:"holder,omitempty"`
 
 	// Waiting is the name of the BuildLock that has the waiting slot now, or
-	// with Queue and Fifo the first in the queue (empty on queued claims).
+	// with Queue and Fifo the first in the queue, as of this claim's last
+	// update. Empty on queued claims and on the holder: a new waiter does
+	// not rewrite the holder's status (`kubectl buildlock status` and
+	// `kubectl get buildlocks -o wide` show who waits).
 	// +optional
 	Waiting string `json:"waiting,omitempty"`
 
