@@ -39,6 +39,7 @@ import (
 	"time"
 
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -110,7 +111,8 @@ func (r *lockReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		// workqueue's backoff.
 		return ctrl.Result{}, obs.podErr
 	}
-	return ctrl.Result{RequeueAfter: requeueDelay(now, d.NextLook)}, nil
+	// A look again is at a deadline (an expiry, a maximum hold): first.
+	return ctrl.Result{RequeueAfter: requeueDelay(now, d.NextLook), Priority: ptr.To(handOffPriority)}, nil
 }
 
 // refuseForeignLease applies the decision for a lock whose grant Lease name
@@ -129,7 +131,7 @@ func (r *lockReconciler) refuseForeignLease(ctx context.Context, lock arbiter.Lo
 func (r *lockReconciler) retryOnRace(ctx context.Context, err error) (ctrl.Result, error) {
 	if lostRace(err) {
 		logf.FromContext(ctx).V(1).Info("Lost a write race; deciding again", "error", err.Error())
-		return ctrl.Result{RequeueAfter: conflictRetryDelay}, nil
+		return ctrl.Result{RequeueAfter: conflictRetryDelay, Priority: ptr.To(handOffPriority)}, nil
 	}
 	return ctrl.Result{}, err
 }
