@@ -36,6 +36,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
+	"github.com/buildlock/buildlock/internal/controller"
 	"github.com/buildlock/buildlock/internal/testenv"
 )
 
@@ -47,7 +48,7 @@ var (
 	flagDecide   = flag.String("bench.decide", "bin/bench/decide.txt", "output of the arbiter's BenchmarkDecide")
 	flagQuick    = flag.Bool("bench.quick", false, "small sizes, to try the harness")
 	flagHandoffs = flag.Int("bench.handoffs", 300, "hand-offs per row")
-	flagWorkers  = flag.Int("bench.workers", 4, "the in-process manager's MaxConcurrentReconciles (the binary's default is 4)")
+	flagWorkers  = flag.Int("bench.workers", controller.DefaultOptions().Workers, "the in-process manager's MaxConcurrentReconciles (the binary's default)")
 	flagOnly     = flag.String("bench.only", "", "run only the steps whose names match this regular expression (to work on the harness)")
 )
 
