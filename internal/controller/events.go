@@ -58,6 +58,12 @@ func setupLockReconciler(mgr ctrl.Manager, r *lockReconciler, mem *grant.Memory,
 		bl := obj.(*buildlockv1.BuildLock)
 		return []reconcile.Request{lockRequest(bl.Namespace, bl.Spec.Target)}, bl.Status.Phase == buildlockv1.PhaseHeld
 	})
+	enqueueDeleted := claimToLock.DeleteFunc
+	claimToLock.DeleteFunc = func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		// Before the lock is queued, so that its decision knows.
+		r.observer.deleted.add(e.Object.GetUID())
+		enqueueDeleted(ctx, e, q)
+	}
 	podToLocks := enqueueLocks(func(ctx context.Context, pod client.Object) ([]reconcile.Request, bool) {
 		var claims buildlockv1.BuildLockList
 		if err := mgr.GetClient().List(ctx, &claims, client.InNamespace(pod.GetNamespace()), client.MatchingFields{podRefField: pod.GetName()}); err != nil {
