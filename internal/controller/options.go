@@ -97,7 +97,7 @@ func DefaultOptions() Options {
 		MaxTimestampSkew:       buildlockv1.MaxTimestampSkew,
 		MaxBuildJump:           buildlockv1.DefaultMaxBuildJump,
 		RequesterSettle:        30 * time.Second,
-		Workers:                16,
+		Workers:                8,
 		LeaderElection:         true,
 		MetricsBindAddress:     ":8443",
 		SecureMetrics:          true,
