@@ -151,17 +151,12 @@ type PodReference struct {
 
 // BuildLockSpec is one build's claim on one deploy target. Every field but
 // renewTime is fixed at creation.
-// +kubebuilder:validation:XValidation:rule="self.target == oldSelf.target",message="spec.target is immutable: delete this BuildLock and create a new one"
-// +kubebuilder:validation:XValidation:rule="self.repo == oldSelf.repo",message="spec.repo is immutable: delete this BuildLock and create a new one"
-// +kubebuilder:validation:XValidation:rule="self.branch == oldSelf.branch",message="spec.branch is immutable: delete this BuildLock and create a new one"
-// +kubebuilder:validation:XValidation:rule="self.build == oldSelf.build",message="spec.build is immutable: delete this BuildLock and create a new one"
-// +kubebuilder:validation:XValidation:rule="has(self.podRef) == has(oldSelf.podRef) && (!has(self.podRef) || self.podRef == oldSelf.podRef)",message="spec.podRef is immutable: delete this BuildLock and create a new one"
-// +kubebuilder:validation:XValidation:rule="has(self.timestamp) == has(oldSelf.timestamp) && (!has(self.timestamp) || timestamp(self.timestamp) == timestamp(oldSelf.timestamp))",message="spec.timestamp is immutable: delete this BuildLock and create a new one"
-// +kubebuilder:validation:XValidation:rule="has(self.expiresAfter) == has(oldSelf.expiresAfter) && (!has(self.expiresAfter) || duration(self.expiresAfter) == duration(oldSelf.expiresAfter))",message="spec.expiresAfter is immutable: delete this BuildLock and create a new one"
-// +kubebuilder:validation:XValidation:rule="!has(oldSelf.renewTime) || (has(self.renewTime) && timestamp(self.renewTime) >= timestamp(oldSelf.renewTime))",message="spec.renewTime may only move forward: set it to the current time, never earlier than its last value, and never remove it"
-// +kubebuilder:validation:XValidation:rule="has(self.requester) == has(oldSelf.requester) && (!has(self.requester) || self.requester == oldSelf.requester)",message="spec.requester is stamped by the API server when the BuildLock is created and is immutable"
-// +kubebuilder:validation:XValidation:rule="has(self.workflow) == has(oldSelf.workflow) && (!has(self.workflow) || self.workflow == oldSelf.workflow)",message="spec.workflow is immutable: delete this BuildLock and create a new one"
-// +kubebuilder:validation:XValidation:rule="has(self.rollback) == has(oldSelf.rollback) && (!has(self.rollback) || self.rollback == oldSelf.rollback)",message="spec.rollback is immutable: delete this BuildLock and create a new one"
+//
+// The API server evaluates every rule of the whole object on each status
+// write, the operator's most frequent request: the rules on a change of the
+// spec are one rule (one evaluation), whose message names each field that
+// changed.
+// +kubebuilder:validation:XValidation:rule=`self.target == oldSelf.target && self.repo == oldSelf.repo && self.branch == oldSelf.branch && self.build == oldSelf.build && (has(self.podRef) == has(oldSelf.podRef) && (!has(self.podRef) || self.podRef == oldSelf.podRef)) && (has(self.timestamp) == has(oldSelf.timestamp) && (!has(self.timestamp) || timestamp(self.timestamp) == timestamp(oldSelf.timestamp))) && (has(self.expiresAfter) == has(oldSelf.expiresAfter) && (!has(self.expiresAfter) || duration(self.expiresAfter) == duration(oldSelf.expiresAfter))) && (!has(oldSelf.renewTime) || (has(self.renewTime) && timestamp(self.renewTime) >= timestamp(oldSelf.renewTime))) && (has(self.requester) == has(oldSelf.requester) && (!has(self.requester) || self.requester == oldSelf.requester)) && (has(self.workflow) == has(oldSelf.workflow) && (!has(self.workflow) || self.workflow == oldSelf.workflow)) && (has(self.rollback) == has(oldSelf.rollback) && (!has(self.rollback) || self.rollback == oldSelf.rollback))`,messageExpression=`(((self.target == oldSelf.target) ? "" : '; spec.target is immutable: delete this BuildLock and create a new one') + ((self.repo == oldSelf.repo) ? "" : '; spec.repo is immutable: delete this BuildLock and create a new one') + ((self.branch == oldSelf.branch) ? "" : '; spec.branch is immutable: delete this BuildLock and create a new one') + ((self.build == oldSelf.build) ? "" : '; spec.build is immutable: delete this BuildLock and create a new one') + ((has(self.podRef) == has(oldSelf.podRef) && (!has(self.podRef) || self.podRef == oldSelf.podRef)) ? "" : '; spec.podRef is immutable: delete this BuildLock and create a new one') + ((has(self.timestamp) == has(oldSelf.timestamp) && (!has(self.timestamp) || timestamp(self.timestamp) == timestamp(oldSelf.timestamp))) ? "" : '; spec.timestamp is immutable: delete this BuildLock and create a new one') + ((has(self.expiresAfter) == has(oldSelf.expiresAfter) && (!has(self.expiresAfter) || duration(self.expiresAfter) == duration(oldSelf.expiresAfter))) ? "" : '; spec.expiresAfter is immutable: delete this BuildLock and create a new one') + ((!has(oldSelf.renewTime) || (has(self.renewTime) && timestamp(self.renewTime) >= timestamp(oldSelf.renewTime))) ? "" : '; spec.renewTime may only move forward: set it to the current time, never earlier than its last value, and never remove it') + ((has(self.requester) == has(oldSelf.requester) && (!has(self.requester) || self.requester == oldSelf.requester)) ? "" : '; spec.requester is stamped by the API server when the BuildLock is created and is immutable') + ((has(self.workflow) == has(oldSelf.workflow) && (!has(self.workflow) || self.workflow == oldSelf.workflow)) ? "" : '; spec.workflow is immutable: delete this BuildLock and create a new one') + ((has(self.rollback) == has(oldSelf.rollback) && (!has(self.rollback) || self.rollback == oldSelf.rollback)) ? "" : '; spec.rollback is immutable: delete this BuildLock and create a new one')).substring(2)`,message="spec fields are immutable but renewTime, which may only move forward: delete this BuildLock and create a new one"
 // +kubebuilder:validation:XValidation:rule="!has(self.podRef) || !has(self.expiresAfter)",message="spec.expiresAfter applies only to claims without spec.podRef: a claim with a pod holds while its pod runs (bound it with the operator's --max-hold or a BuildLockPolicy's spec.maxHold); remove expiresAfter"
 type BuildLockSpec struct {
 	// Target is the namespace the build deploys into. Claims in the same
@@ -342,7 +337,10 @@ type BuildLockStatus struct {
 	Holder string `json:"holder,omitempty"`
 
 	// Waiting is the name of the BuildLock that has the waiting slot now, or
-	// with Queue and Fifo the first in the queue (empty on queued claims).
+	// with Queue and Fifo the first in the queue, as of this claim's last
+	// update. Empty on queued claims and on the holder: a new waiter does
+	// not rewrite the holder's status (`kubectl buildlock status` and
+	// `kubectl get buildlocks -o wide` show who waits).
 	// +optional
 	Waiting string `json:"waiting,omitempty"`
 

@@ -748,7 +748,12 @@ func (d *decider) decision() Decision {
 			continue
 		}
 		if !d.queued(i) {
-			v.Holder, v.Waiting = out.Holder, out.Waiting
+			v.Holder = out.Holder
+			if v.Phase != Held {
+				// A holder's status names no waiter: each new waiter
+				// would rewrite it (one status write more per claim).
+				v.Waiting = out.Waiting
+			}
 		}
 		if !v.Phase.IsTerminal() {
 			v.RenewedAt = renewal(d.claims[i], d.now)

@@ -214,7 +214,9 @@
 // granted. So a hand-off changes the verdicts of the old and the new holder
 // only, however long the queue: the writes of a hand-off do not grow with
 // it. A claim that leaves the queue changes at most the verdict of the claim
-// behind it.
+// behind it. The holder's verdict names no waiter (Verdict.Waiting is empty
+// on a Held verdict): a claim that starts waiting, or replaces the waiter,
+// changes its own verdict and the one it supersedes, never the holder's.
 //
 // # Writing a decision
 //

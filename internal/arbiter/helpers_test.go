@@ -516,8 +516,13 @@ func checkInvariants(in input, d Decision) error {
 		if queued && (v.Holder != "" || v.Waiting != "") {
 			fail("%s: queued, but names holder %q and waiting %q", c.Name, v.Holder, v.Waiting)
 		}
-		if !queued && (v.Holder != d.Holder || v.Waiting != d.Waiting) {
-			fail("%s: names holder %q and waiting %q, decision %q and %q", c.Name, v.Holder, v.Waiting, d.Holder, d.Waiting)
+		// The holder names no waiter, so that a new waiter never rewrites it.
+		waiting := d.Waiting
+		if v.Phase == Held {
+			waiting = ""
+		}
+		if !queued && (v.Holder != d.Holder || v.Waiting != waiting) {
+			fail("%s: names holder %q and waiting %q, decision %q and %q", c.Name, v.Holder, v.Waiting, d.Holder, waiting)
 		}
 		switch v.Phase {
 		case Held:

@@ -524,7 +524,8 @@ type Verdict struct {
 	// Holder and Waiting are the claims this claim's status names as holding
 	// and waiting: the decision's own, except on a claim queued with Queue or
 	// Fifo, whose status names neither (so that a hand-off never rewrites
-	// the queue).
+	// the queue), and on the holder, whose status names no waiter (so that
+	// a new waiter never rewrites the holder).
 	Holder  string
 	Waiting string
 	// FencingToken is the token of the hold (Decision.Grant.Token) on a Held

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -52,26 +53,34 @@ func setupLockReconciler(mgr ctrl.Manager, r *lockReconciler, mem *grant.Memory,
 		return fmt.Errorf("indexing BuildLocks by %s: %w", podRefField, err)
 	}
 
-	claimToLock := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
+	// An event of a claim shown Held, or of its pod, may hand its lock over.
+	claimToLock := enqueueLocks(func(_ context.Context, obj client.Object) ([]reconcile.Request, bool) {
 		bl := obj.(*buildlockv1.BuildLock)
-		return []reconcile.Request{lockRequest(bl.Namespace, bl.Spec.Target)}
+		return []reconcile.Request{lockRequest(bl.Namespace, bl.Spec.Target)}, bl.Status.Phase == buildlockv1.PhaseHeld
 	})
-	podToLocks := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, pod client.Object) []reconcile.Request {
+	enqueueDeleted := claimToLock.DeleteFunc
+	claimToLock.DeleteFunc = func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		// Before the lock is queued, so that its decision knows.
+		r.observer.deleted.add(e.Object.GetUID())
+		enqueueDeleted(ctx, e, q)
+	}
+	podToLocks := enqueueLocks(func(ctx context.Context, pod client.Object) ([]reconcile.Request, bool) {
 		var claims buildlockv1.BuildLockList
 		if err := mgr.GetClient().List(ctx, &claims, client.InNamespace(pod.GetNamespace()), client.MatchingFields{podRefField: pod.GetName()}); err != nil {
 			ctrl.LoggerFrom(ctx).Error(err, "Listing claims of a pod", "pod", pod.GetName(), "namespace", pod.GetNamespace())
-			return nil
+			return nil, false
 		}
-		reqs := make([]reconcile.Request, 0, len(claims.Items))
+		reqs, handOff := make([]reconcile.Request, 0, len(claims.Items)), false
 		for i := range claims.Items {
 			if bl := &claims.Items[i]; !bl.Status.Phase.IsTerminal() {
 				reqs = append(reqs, lockRequest(bl.Namespace, bl.Spec.Target))
+				handOff = handOff || bl.Status.Phase == buildlockv1.PhaseHeld
 			}
 		}
-		return reqs
+		return reqs, handOff
 	})
-	policyToLock := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
-		return []reconcile.Request{lockRequest(obj.GetNamespace(), obj.GetName())}
+	policyToLock := enqueueLocks(func(_ context.Context, obj client.Object) ([]reconcile.Request, bool) {
+		return []reconcile.Request{lockRequest(obj.GetNamespace(), obj.GetName())}, false
 	})
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named("buildlock").
@@ -104,7 +113,8 @@ func setupLockReconciler(mgr ctrl.Manager, r *lockReconciler, mem *grant.Memory,
 func leaseEvents(mem *grant.Memory) handler.Funcs {
 	enqueue := func(obj client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 		if target, ok := grant.TargetOf(obj); ok {
-			q.Add(lockRequest(obj.GetNamespace(), target))
+			// A grant Lease someone else wrote or deleted: restore it first.
+			addLocks(q, []reconcile.Request{lockRequest(obj.GetNamespace(), target)}, true)
 		}
 	}
 	observe := func(obj client.Object) {
@@ -132,4 +142,47 @@ func leaseEvents(mem *grant.Memory) handler.Funcs {
 			enqueue(e.Object, q)
 		},
 	}
+}
+
+// enqueueLocks maps an object's events to the locks they concern, as
+// handler.EnqueueRequestsFromMapFunc does (an update maps the old object and
+// the new), with handOffPriority when locks says that one of the objects
+// may hand its locks over.
+func enqueueLocks(locks func(context.Context, client.Object) ([]reconcile.Request, bool)) handler.Funcs {
+	add := func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request], objs ...client.Object) {
+		var all []reconcile.Request
+		handOff := false
+		for _, obj := range objs {
+			reqs, h := locks(ctx, obj)
+			all, handOff = append(all, reqs...), handOff || h
+		}
+		addLocks(q, all, handOff)
+	}
+	return handler.Funcs{
+		CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(ctx, q, e.Object)
+		},
+		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(ctx, q, e.ObjectOld, e.ObjectNew)
+		},
+		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(ctx, q, e.Object)
+		},
+		GenericFunc: func(ctx context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(ctx, q, e.Object)
+		},
+	}
+}
+
+// addLocks adds reqs to q, with handOffPriority if handOff (q is the
+// fairQueue, whose priorities the controller-runtime interface carries).
+func addLocks(q workqueue.TypedRateLimitingInterface[reconcile.Request], reqs []reconcile.Request, handOff bool) {
+	pq, ok := q.(priorityqueue.PriorityQueue[reconcile.Request])
+	if !ok || !handOff {
+		for _, req := range reqs {
+			q.Add(req)
+		}
+		return
+	}
+	pq.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(handOffPriority)}, reqs...)
 }

@@ -72,7 +72,19 @@ var _ = Describe("The lock controller", Ordered, func() {
 		expectPhase(ns, "web-8", buildlockv1.PhaseWaiting)
 		Consistently(func(g Gomega) []string { return eventReasons(g, ns, "web-7") }).WithTimeout(500*time.Millisecond).
 			Should(BeEmpty(), "a claim that waits or is superseded gets its status, and no Event")
-		Expect(expectPhase(ns, "shop-41", buildlockv1.PhaseHeld).Status.Waiting).To(Equal("web-8"))
+		Expect(expectPhase(ns, "shop-41", buildlockv1.PhaseHeld).Status.Waiting).To(BeEmpty(), "a holder's status names no waiter")
+	})
+
+	It("never rewrites the holder's status when a claim starts waiting or replaces the waiter", func() {
+		createClaim(ns, "shop-41", claimOpts{repo: "acme/shop", build: 41, pod: "shop-41"})
+		held := expectPhase(ns, "shop-41", buildlockv1.PhaseHeld)
+		createClaim(ns, "web-7", claimOpts{repo: "acme/web", build: 7, pod: "web-7"})
+		expectPhase(ns, "web-7", buildlockv1.PhaseWaiting)
+		createClaim(ns, "web-8", claimOpts{repo: "acme/web", build: 8, pod: "web-8"})
+		expectPhase(ns, "web-7", buildlockv1.PhaseSuperseded)
+		Expect(expectPhase(ns, "web-8", buildlockv1.PhaseWaiting).Status.Holder).To(Equal("shop-41"))
+		Consistently(func(g Gomega) string { return getClaim(g, ns, "shop-41").ResourceVersion }, "2s").
+			Should(Equal(held.ResourceVersion), "one status write per claim per change of its own verdict")
 	})
 
 	It("supersedes an older build of the holder's line at once, and never pre-empts the holder", func() {
@@ -188,7 +200,7 @@ var _ = Describe("The lock controller", Ordered, func() {
 		createClaim(ns, "web-7", claimOpts{repo: "acme/web", build: 7, pod: "web-7"})
 		expectPhase(ns, "shop-41", buildlockv1.PhaseHeld)
 		expectPhase(ns, "web-7", buildlockv1.PhaseWaiting)
-		Eventually(func(g Gomega) string { return getClaim(g, ns, "shop-41").Status.Waiting }).Should(Equal("web-7"))
+		Eventually(func(g Gomega) string { return getClaim(g, ns, "web-7").Status.Holder }).Should(Equal("shop-41"))
 
 		before := writes.total(ns)
 		again := newClaim(ns, "shop-41", claimOpts{repo: "acme/shop", build: 41, pod: "shop-41"})

@@ -53,6 +53,9 @@ type observation struct {
 	// live says the claims and the Lease were read from the API server, in
 	// that order (observer.live), not from the cache.
 	live bool
+	// holderDeleted says this manager's informer saw the claim the Lease
+	// names as holder (its UID) deleted: a fact (see liveReadsFor).
+	holderDeleted bool
 }
 
 // observer gathers one lock's observation.
@@ -68,6 +71,54 @@ type observer struct {
 	requesterSettle time.Duration
 	// defaults is how a lock is arbitrated where its policy is silent.
 	defaults arbiter.Policy
+	// deleted are the claims this manager's informer saw deleted.
+	deleted *deletions
+}
+
+// deletionMemory is how many deleted claims a manager remembers: a hand-off
+// follows its holder's deletion by a reconcile, so the latest thousands are
+// all that a decision can ask about.
+const deletionMemory = 20000
+
+// deletions are the UIDs of the claims this manager's informer saw deleted,
+// the latest deletionMemory of them. A claim that is gone never comes back
+// with its UID, so a grant that names one needs no live read to know that
+// its holder is gone (liveReadsFor).
+type deletions struct {
+	mu    sync.Mutex
+	seen  map[types.UID]bool
+	order []types.UID // ring of the UIDs in seen, oldest at next
+	next  int
+}
+
+func newDeletions() *deletions { return &deletions{seen: map[types.UID]bool{}} }
+
+// add remembers that the claim with uid was deleted, forgetting the oldest
+// beyond deletionMemory.
+func (d *deletions) add(uid types.UID) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if uid == "" || d.seen[uid] {
+		return
+	}
+	if len(d.order) < deletionMemory {
+		d.order = append(d.order, uid)
+	} else {
+		delete(d.seen, d.order[d.next])
+		d.order[d.next] = uid
+		d.next = (d.next + 1) % deletionMemory
+	}
+	d.seen[uid] = true
+}
+
+// has reports whether the claim with uid was seen deleted.
+func (d *deletions) has(uid types.UID) bool {
+	if d == nil {
+		return false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.seen[uid]
 }
 
 // cached gathers one lock from the cache: its policy, its claims, its grant
@@ -110,6 +161,10 @@ func (o observer) leaseAndPods(ctx context.Context, reader client.Reader, lock a
 	)
 	wg.Go(func() {
 		obs.lease, leaseErr = grant.Get(ctx, reader, lock)
+		if obs.lease != nil && obs.lease.Spec.HolderIdentity != nil {
+			_, uid := buildlockv1.ParseGrantHolder(*obs.lease.Spec.HolderIdentity)
+			obs.holderDeleted = o.deleted.has(uid)
+		}
 		switch {
 		case leaseErr != nil:
 		case obs.lease != nil && !grant.Owned(obs.lease):

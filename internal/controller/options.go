@@ -47,7 +47,9 @@ type Options struct {
 	// client wrote. Tests shorten it.
 	RequesterSettle time.Duration
 	// Workers is how many locks are decided at once
-	// (--max-concurrent-reconciles).
+	// (--max-concurrent-reconciles). A reconcile waits on the API server
+	// for most of its time (a few requests in a row), so the default is
+	// sized for that, not for the manager's CPUs.
 	Workers int
 
 	// LeaderElection elects one deciding manager among replicas
@@ -95,7 +97,7 @@ func DefaultOptions() Options {
 		MaxTimestampSkew:       buildlockv1.MaxTimestampSkew,
 		MaxBuildJump:           buildlockv1.DefaultMaxBuildJump,
 		RequesterSettle:        30 * time.Second,
-		Workers:                4,
+		Workers:                8,
 		LeaderElection:         true,
 		MetricsBindAddress:     ":8443",
 		SecureMetrics:          true,

@@ -41,6 +41,7 @@ import (
 	"time"
 
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -113,8 +114,9 @@ func (r *lockReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		// workqueue's backoff.
 		return ctrl.Result{}, obs.podErr
 	}
-	// The windows' next edge is looked at then, not polled for.
-	return ctrl.Result{RequeueAfter: requeueDelay(now, earliest(d.NextLook, edge))}, nil
+	// A look again is at a deadline (an expiry, a maximum hold) or at the
+	// windows' next edge, not polled for: first.
+	return ctrl.Result{RequeueAfter: requeueDelay(now, earliest(d.NextLook, edge)), Priority: ptr.To(handOffPriority)}, nil
 }
 
 // freezeAt tells the observation's policy whether its windows freeze the
@@ -154,7 +156,7 @@ func (r *lockReconciler) refuseForeignLease(ctx context.Context, lock arbiter.Lo
 func (r *lockReconciler) retryOnRace(ctx context.Context, err error) (ctrl.Result, error) {
 	if lostRace(err) {
 		logf.FromContext(ctx).V(1).Info("Lost a write race; deciding again", "error", err.Error())
-		return ctrl.Result{RequeueAfter: conflictRetryDelay}, nil
+		return ctrl.Result{RequeueAfter: conflictRetryDelay, Priority: ptr.To(handOffPriority)}, nil
 	}
 	return ctrl.Result{}, err
 }

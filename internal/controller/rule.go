@@ -30,7 +30,8 @@ import (
 // current, not the claims. A claim's status write carries that claim's
 // resourceVersion: it proves that claim current, not the Lease, and it comes
 // after the grant's. Facts that never go back: a claim that is gone never
-// comes back with its UID; a pod never leaves Succeeded or Failed; a claim
+// comes back with its UID (so one this manager's informer saw deleted is
+// gone for good); a pod never leaves Succeeded or Failed; a claim
 // that ended never changes phase; what a claim's status shows of its hold
 // (token, acquire time) never changes, and is written only after the grant;
 // a force-release, once set, ends the hold it names; a creationTimestamp
@@ -53,6 +54,8 @@ import (
 //     starts when the Lease names its claim), and the Lease is current, so
 //     its compare-and-swap does not catch that. Read that claim by name:
 //     NotFound or another UID is a fact; else decide again on live reads.
+//     A holder this manager's informer saw deleted is that fact already:
+//     nothing to read (the claim-deleted hand-off's path).
 //   - Expiry (a pod-less hold past its expiresAfter since its latest
 //     renewal) rests on the holder's renewals, which a stale claim may lack,
 //     and neither compare-and-swap covers them: the Lease is current, and
@@ -156,8 +159,9 @@ func showsHeld(claims []buildlockv1.BuildLock) bool {
 }
 
 // missingHolder is the claim the observed Lease names as holder when the
-// observed claims do not show it (by name and UID), else nil: a holder the
-// claims show was accounted for by the decision.
+// observed claims do not show it (by name and UID) and this manager did not
+// see it deleted, else nil: a holder the claims show was accounted for by
+// the decision, and one seen deleted is gone.
 func missingHolder(obs observation) *claimRef {
 	if obs.lease == nil || obs.lease.Spec.HolderIdentity == nil {
 		return nil
@@ -166,7 +170,7 @@ func missingHolder(obs observation) *claimRef {
 	if name == "" {
 		return nil // a free lock written by hand or by another tool
 	}
-	if slices.ContainsFunc(obs.claims, func(bl buildlockv1.BuildLock) bool { return bl.Name == name && bl.UID == uid }) {
+	if obs.holderDeleted || slices.ContainsFunc(obs.claims, func(bl buildlockv1.BuildLock) bool { return bl.Name == name && bl.UID == uid }) {
 		return nil
 	}
 	return &claimRef{name: name, uid: uid}

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"testing"
 
@@ -45,9 +46,19 @@ func TestLiveReadsFor(t *testing.T) {
 		claims []buildlockv1.BuildLock
 		lease  *coordinationv1.Lease
 		live   bool
-		d      arbiter.Decision
-		want   liveReads
+		// deleted: this manager's informer saw the Lease's holder deleted.
+		deleted bool
+		d       arbiter.Decision
+		want    liveReads
 	}{
+		"a hand-off from a holder this manager saw deleted rests on a fact": {
+			claims: []buildlockv1.BuildLock{claim("web-7", "u-web-7", buildlockv1.PhaseWaiting)}, lease: lease("shop-41/u-shop-41"), deleted: true,
+			d: arbiter.Decision{GrantChanged: true, Verdicts: []arbiter.Verdict{verdict("web-7", arbiter.Waiting, arbiter.Held, arbiter.ReasonAcquired)}},
+		},
+		"a hand-off on live reads from a holder this manager saw deleted rests on a fact": {
+			claims: []buildlockv1.BuildLock{claim("web-7", "u-web-7", buildlockv1.PhaseWaiting)}, lease: lease("shop-41/u-shop-41"), deleted: true, live: true,
+			d: arbiter.Decision{GrantChanged: true, Verdicts: []arbiter.Verdict{verdict("web-7", arbiter.Waiting, arbiter.Held, arbiter.ReasonAcquired)}},
+		},
 		"a grant of a free lock rests on the Lease's compare-and-swap": {
 			claims: []buildlockv1.BuildLock{claim("shop-41", "u-shop-41", "")}, lease: lease(""),
 			d: arbiter.Decision{GrantChanged: true, Verdicts: []arbiter.Verdict{verdict("shop-41", arbiter.Pending, arbiter.Held, arbiter.ReasonAcquired)}},
@@ -163,7 +174,7 @@ func TestLiveReadsFor(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			got := liveReadsFor(observation{claims: tc.claims, lease: tc.lease, live: tc.live}, tc.d)
+			got := liveReadsFor(observation{claims: tc.claims, lease: tc.lease, live: tc.live, holderDeleted: tc.deleted}, tc.d)
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("liveReadsFor = %+v, want %+v", got, tc.want)
 			}
@@ -251,5 +262,24 @@ func TestConfirm(t *testing.T) {
 				t.Errorf("live reads: got %d, want %d", live.reads, tc.n)
 			}
 		})
+	}
+}
+
+// TestDeletionsRememberTheLatest: a deleted claim is remembered until
+// deletionMemory later deletions have pushed it out.
+func TestDeletionsRememberTheLatest(t *testing.T) {
+	d := newDeletions()
+	uid := func(i int) types.UID { return types.UID(fmt.Sprintf("u-%d", i)) }
+	for i := range deletionMemory + 10 {
+		d.add(uid(i))
+		d.add(uid(i)) // an event delivered twice changes nothing
+	}
+	for i := range deletionMemory + 10 {
+		if want := i >= 10; d.has(uid(i)) != want {
+			t.Fatalf("has(%s) = %v, want %v", uid(i), !want, want)
+		}
+	}
+	if (*deletions)(nil).has(uid(1)) {
+		t.Fatal("a manager without a memory of deletions says a claim was deleted")
 	}
 }

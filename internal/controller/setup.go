@@ -105,7 +105,7 @@ func setupControllers(mgr ctrl.Manager, o Options) error {
 	metrics := NewMetrics(o.Registry)
 	metrics.clock = o.Clock
 	obs := observer{cache: mgr.GetClient(), apiReader: mgr.GetAPIReader(), admission: policies,
-		requesterSettle: o.RequesterSettle, defaults: o.arbiterDefaults()}
+		requesterSettle: o.RequesterSettle, defaults: o.arbiterDefaults(), deleted: newDeletions()}
 	dec := decider{observer: obs, memory: memory, admission: policies, arbiter: o.Decide}
 	r := &lockReconciler{
 		clock:    o.Clock,

@@ -127,8 +127,9 @@ func WithRenewDeadline(d time.Duration) Option {
 // claim.Namespace, and get, list and watch on leases there (without them
 // Acquire learns of the grant from the status alone), and a scheme that
 // knows buildlock.io/v1alpha1 and coordination.k8s.io/v1 (see NewClient).
-// A pod-less claim is renewed until release is called (or the process
-// ends).
+// A pod-less claim is renewed from its grant until release is called (or
+// the process ends); while it waits it is not renewed (it has no expiry of
+// its own then).
 func Acquire(ctx context.Context, c client.WithWatch, claim Claim, opts ...Option) (release func(context.Context) error, token int64, err error) {
 	h, err := AcquireHold(ctx, c, claim, opts...)
 	if err != nil {
@@ -172,23 +173,24 @@ func AcquireHold(ctx context.Context, c client.WithWatch, claim Claim, opts ...O
 		o.observe(Event{Type: EventCreated, BuildLock: bl.DeepCopy()})
 	}
 
-	var r *renewer
-	if bl.Spec.PodRef == nil {
-		// A claim attached to may have been left by a process that died: renew
-		// it at once rather than after a whole interval.
-		r = startRenewer(c, bl, renewInterval(bl, o.renewInterval), renewDeadline(bl, o.renewDeadline), attached, o.onError)
-	}
-
 	w := &waiter{o: &o, bl: bl, last: bl}
 	token, err := w.wait(ctx, c)
 	if err == nil {
+		// Renewed from the grant on: a waiting or pending claim has no
+		// expiry of its own (a hold counts from its grant), so renewing it
+		// would cost the API server a status write per renewal for nothing.
+		// A claim attached to may have been left by a process that died:
+		// renew it at once rather than after a whole interval.
+		var r *renewer
+		if bl.Spec.PodRef == nil {
+			r = startRenewer(c, bl, renewInterval(bl, o.renewInterval), renewDeadline(bl, o.renewDeadline), attached, o.onError)
+		}
 		return &Hold{
 			Namespace: w.last.Namespace, Name: w.last.Name, UID: w.last.UID,
 			Token: token, BuildLock: w.last,
 			c: c, onError: o.onError, renewer: r, proof: p,
 		}, nil
 	}
-	r.stop()
 	if errors.Is(err, ErrSuperseded) || errors.Is(err, ErrEnded) {
 		// The operator ended the claim; it keeps it (for `kubectl get`) until
 		// its finished-TTL, and a retry of this job finds the same verdict.

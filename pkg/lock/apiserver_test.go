@@ -676,3 +676,40 @@ func TestReleaseBuildProvesAClaimOfAnyName(t *testing.T) {
 		t.Errorf("released %v, left %v; want my-lock released", released, others)
 	}
 }
+
+// TestAWaitingClaimIsRenewedOnlyOnceGranted checks that a pod-less claim's
+// spec.renewTime is not bumped while it waits (each bump is a status write
+// for the operator), and is once the grant names it.
+func TestAWaitingClaimIsRenewedOnlyOnceGranted(t *testing.T) {
+	c, ns := apiServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	claim := Claim{Namespace: ns, Target: "staging", Repo: "acme/cli", Branch: "main", Build: 3, RunID: "run-1"}
+	done := make(chan error, 1)
+	go func() {
+		h, err := AcquireHold(ctx, c, claim, WithRenewInterval(50*time.Millisecond))
+		if err == nil {
+			defer func() { _ = h.Release(context.WithoutCancel(ctx)) }()
+			<-ctx.Done()
+		}
+		done <- err
+	}()
+	bl := &buildlockv1.BuildLock{}
+	bl.Namespace, bl.Name = ns, Name(claim)
+	waitFor(t, func() bool { return c.Get(ctx, client.ObjectKeyFromObject(bl), bl) == nil })
+	time.Sleep(time.Second) // twenty renew intervals, waiting
+	must(t, c.Get(ctx, client.ObjectKeyFromObject(bl), bl))
+	if bl.Spec.RenewTime != nil || bl.Generation != 1 {
+		t.Fatalf("a waiting claim was renewed: renewTime %v, generation %d", bl.Spec.RenewTime, bl.Generation)
+	}
+
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: buildlockv1.GrantLeaseName("staging")}}
+	lease.Spec.HolderIdentity = ptr.To(buildlockv1.GrantHolderIdentity(bl.Name, bl.UID))
+	lease.Spec.LeaseTransitions = ptr.To(int32(1))
+	must(t, c.Create(ctx, lease))
+	waitFor(t, func() bool { return c.Get(ctx, client.ObjectKeyFromObject(bl), bl) == nil && bl.Spec.RenewTime != nil })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -36,6 +36,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
+	"github.com/buildlock/buildlock/internal/controller"
 	"github.com/buildlock/buildlock/internal/testenv"
 )
 
@@ -47,7 +48,7 @@ var (
 	flagDecide   = flag.String("bench.decide", "bin/bench/decide.txt", "output of the arbiter's BenchmarkDecide")
 	flagQuick    = flag.Bool("bench.quick", false, "small sizes, to try the harness")
 	flagHandoffs = flag.Int("bench.handoffs", 300, "hand-offs per row")
-	flagWorkers  = flag.Int("bench.workers", 4, "the in-process manager's MaxConcurrentReconciles (the binary's default is 4)")
+	flagWorkers  = flag.Int("bench.workers", controller.DefaultOptions().Workers, "the in-process manager's MaxConcurrentReconciles (the binary's default)")
 	flagOnly     = flag.String("bench.only", "", "run only the steps whose names match this regular expression (to work on the harness)")
 )
 
@@ -157,7 +158,14 @@ func TestBench(t *testing.T) {
 		b.res.memory, err = b.memory(pods, claims)
 		return err
 	})
-	step("request costs", func() (err error) { b.res.costs, err = b.requestCosts(handoffs); return err })
+	step("request costs", func() (err error) {
+		if b.res.costs, err = b.requestCosts(handoffs); err != nil {
+			return err
+		}
+		prof, err := b.statusWriteProfile()
+		b.res.profiles = append(b.res.profiles, prof)
+		return err
+	})
 	mgr, err := testenv.StartManager(ctx, b.ops.wrap(b.cfg), testenv.ManagerOptions{Workers: *flagWorkers})
 	must(t, err)
 	// The manager starts by deciding every lock the cluster has (those the

@@ -298,7 +298,7 @@ func (b *bench) blScale(targets, contenders int) (scaleResult, string, error) {
 	o0, rec0, cpu0 := b.ops.snapshot(), reconciles(), cpuSeconds()
 	t0 := time.Now()
 	profiled := make(chan string, 1)
-	go func() { profiled <- b.apiserverProfile("apiserver-scale", 8*time.Second) }()
+	go func() { profiled <- b.apiserverProfile("apiserver-scale", "the first 8s of the scale run", 8*time.Second) }()
 	err = parallel(targets*contenders, func(i int) error {
 		t, k := i/contenders, i%contenders
 		return b.blc.Create(ctx, blClaim(ns, fmt.Sprintf("t%d-%d", t, k), fmt.Sprintf("t%d", t), fmt.Sprintf("acme/line-%d", k), 1, ""))
@@ -423,9 +423,9 @@ func reconciles() int {
 	return int(n)
 }
 
-// apiserverProfile takes a CPU profile of the API server for d and returns
-// its top functions.
-func (b *bench) apiserverProfile(name string, d time.Duration) string {
+// apiserverProfile takes a CPU profile of the API server for d, while what
+// runs, and returns its top functions (pprof's -top with args, if any).
+func (b *bench) apiserverProfile(name, what string, d time.Duration, args ...string) string {
 	raw, err := b.cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
 		Param("seconds", strconv.Itoa(int(d.Seconds()))).DoRaw(b.ctx)
 	if err != nil {
@@ -435,9 +435,12 @@ func (b *bench) apiserverProfile(name string, d time.Duration) string {
 	if err := os.WriteFile(path, raw, 0o644); err != nil {
 		return err.Error()
 	}
-	out, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=25", path).CombinedOutput()
+	if len(args) == 0 {
+		args = []string{"-nodecount=25"}
+	}
+	out, err := exec.Command("go", append(append([]string{"tool", "pprof", "-top"}, args...), path)...).CombinedOutput()
 	if err != nil {
 		return fmt.Sprintf("%s: go tool pprof failed: %v\n%s", name, err, out)
 	}
-	return fmt.Sprintf("%s (%s, the first %s of the scale run)\n%s", name, filepath.Base(path), d, out)
+	return fmt.Sprintf("%s (%s, %s)\n%s", name, filepath.Base(path), what, out)
 }

@@ -3,13 +3,16 @@
 package bench
 
 import (
+	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
 )
@@ -30,13 +33,8 @@ type requestCost struct {
 func (b *bench) requestCosts(n int) ([]requestCost, error) {
 	ns := b.namespace("cost")
 	now := metav1.NewMicroTime(time.Now())
-	message := "Holding staging with fencing token 7; deploy now and delete this BuildLock when done."
-	heldStatus := buildlockv1.BuildLockStatus{
-		Phase: buildlockv1.PhaseHeld, Reason: buildlockv1.ReasonAcquired, Message: message,
-		Holder: "c-0", FencingToken: 7, AcquiredAt: &now, ObservedGeneration: 1,
-		Conditions: []metav1.Condition{{Type: buildlockv1.ConditionAcquired, Status: metav1.ConditionTrue, Reason: buildlockv1.ReasonAcquired,
-			Message: message, ObservedGeneration: 1, LastTransitionTime: metav1.NewTime(now.Truncate(time.Second))}},
-	}
+	message := heldMessage(7)
+	heldStatus := operatorStatus(7)
 	claims := make([]*buildlockv1.BuildLock, n)
 	cms := make([]*corev1.ConfigMap, n)
 	leases := make([]*coordinationv1.Lease, n)
@@ -101,6 +99,69 @@ func (b *bench) requestCosts(n int) ([]requestCost, error) {
 		out = append(out, requestCost{what: k.what, n: n, apiserver: perOp("kube-apiserver"), etcd: perOp("etcd"), latency: median(lat)})
 	}
 	return out, nil
+}
+
+// heldMessage is the message of a hold with token, as the operator writes
+// it.
+func heldMessage(token int64) string {
+	return fmt.Sprintf("Holding staging with fencing token %d; deploy now and delete this BuildLock when done.", token)
+}
+
+// operatorStatus is a Held status of the operator's size and shape, with
+// token.
+func operatorStatus(token int64) buildlockv1.BuildLockStatus {
+	now := metav1.NewMicroTime(time.Now())
+	return buildlockv1.BuildLockStatus{
+		Phase: buildlockv1.PhaseHeld, Reason: buildlockv1.ReasonAcquired, Message: heldMessage(token),
+		Holder: "c-0", FencingToken: token, AcquiredAt: &now, ObservedGeneration: 1,
+		Conditions: []metav1.Condition{{Type: buildlockv1.ConditionAcquired, Status: metav1.ConditionTrue, Reason: buildlockv1.ReasonAcquired,
+			Message: heldMessage(token), ObservedGeneration: 1, LastTransitionTime: metav1.NewTime(now.Truncate(time.Second))}},
+	}
+}
+
+// statusProfileWindow is how long the API server is profiled while it
+// serves nothing but status writes.
+const statusProfileWindow = 10 * time.Second
+
+// statusWriteProfile profiles the API server while 8 writers update the
+// statuses of claims, with a status of the operator's size
+// (operatorStatus), for statusProfileWindow: where a status write's CPU goes (decoding,
+// schema coercion and pruning, validation and CEL rules, managed fields,
+// storage). It returns the profile's top, cumulative, within the update
+// handler.
+func (b *bench) statusWriteProfile() (string, error) {
+	const writers, claims = 8, 64
+	ns := b.namespace("status-profile")
+	list := make([]*buildlockv1.BuildLock, claims)
+	for i := range list {
+		list[i] = blClaim(ns, fmt.Sprintf("c-%d", i), fmt.Sprintf("t%d", i), "acme/app", 42, "")
+		if err := b.c.Create(b.ctx, list[i]); err != nil {
+			return "", err
+		}
+	}
+	ctx, cancel := context.WithCancel(b.ctx)
+	defer cancel()
+	profiled := make(chan string, 1)
+	go func() {
+		defer cancel()
+		profiled <- b.apiserverProfile("apiserver-status", fmt.Sprintf("%d writers updating BuildLock statuses for %s", writers, statusProfileWindow),
+			statusProfileWindow, "-cum", "-nodecount=60", "-focus=UpdateResource")
+	}()
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for k := 0; ctx.Err() == nil; k++ {
+				bl := list[(w+k*writers)%claims]
+				bl.Status = operatorStatus(int64(k + 1))
+				if err := b.c.Status().Update(ctx, bl); err != nil && ctx.Err() == nil {
+					// A lost race with another writer of the same claim: read it again.
+					_ = b.c.Get(ctx, client.ObjectKeyFromObject(bl), bl)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return <-profiled, nil
 }
 
 func ptrTo[T any](v T) *T { return &v }
