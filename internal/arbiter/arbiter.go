@@ -742,6 +742,15 @@ func (d *decider) decision() Decision {
 	if len(d.queue) > 0 {
 		out.Waiting = d.claims[d.queue[0]].Name
 	}
+	d.completeVerdicts(&out)
+	out.Verdicts = d.writeOrder()
+	return out
+}
+
+// completeVerdicts gives every changed verdict what the decision out
+// names: its holder and waiting claim, its renewal's record and its
+// message.
+func (d *decider) completeVerdicts(out *Decision) {
 	for i := range d.verdicts {
 		v := &d.verdicts[i]
 		if v.Reason == "" {
@@ -760,8 +769,6 @@ func (d *decider) decision() Decision {
 		}
 		v.Message = d.message(i, out.Grant)
 	}
-	out.Verdicts = d.writeOrder()
-	return out
 }
 
 // overrideChange is the next instant after now at which time alone changes
