@@ -651,7 +651,7 @@ func (d *decider) supersedeBelow(h int, ranked []int) []int {
 // pipeline's, or a jump too far above h's build) is Superseded now,
 // so that the decision is a fixed point. It returns the others.
 func (d *decider) bindLine(h int, ranked []int) []int {
-	r := new(heldRecord(d.claims[h], d.now))
+	r := new(heldRecord(d.claims[h], d.now, d.maxToken()+1))
 	out := ranked[:0]
 	for _, i := range ranked {
 		c := d.claims[i]

@@ -228,6 +228,12 @@ func genInput(ch chooser) input {
 	}
 	in.policy.RefuseReruns = ch.intn(3) == 1
 	in.policy.Rollbacks = genRollbacks[ch.intn(len(genRollbacks))]
+	// Line records' tokens (records of an older operator have none).
+	for k := range in.grant.Lines {
+		if ch.intn(2) == 1 {
+			in.grant.Lines[k].Token = int64(1 + ch.intn(8))
+		}
+	}
 	return in
 }
 
@@ -355,27 +361,30 @@ func holdIsLive(c Claim, g Grant, now time.Time, p Policy) bool {
 // its hold goes on) if the record names it; a rollback's hold rolled its
 // line back when it was granted, and builds granted before no longer count.
 // Of equal builds the later grant is the line's (and of one instant, the
-// greater owner).
+// higher token, or without tokens the greater owner). Of rollbacks at one
+// instant, the one with the higher token is the line's last.
 func remembered(g Grant, claims []Claim, c Claim, now time.Time, p Policy) (int64, string) {
 	memory := p.LineMemory
 	if memory <= 0 {
 		memory = DefaultGrantRetention
 	}
 	records := slices.Clone(g.Lines)
-	for _, h := range claims {
+	for i, h := range claims {
 		var heldAt time.Time
+		var token int64
 		named := !h.Phase.IsTerminal() && g.Holder != "" && h.Name == g.Holder && h.UID == g.HolderUID
 		switch {
 		case named && holdIsLive(h, g, now, p):
-			heldAt = g.AcquiredAt
+			heldAt, token = g.AcquiredAt, namedToken(claims, i, g)
 		case h.FencingToken > 0 && !h.AcquiredAt.IsZero():
-			heldAt = h.AcquiredAt
+			heldAt, token = h.AcquiredAt, h.FencingToken
 		case named:
-			heldAt = g.AcquiredAt
+			heldAt, token = g.AcquiredAt, namedToken(claims, i, g)
 		default:
 			continue
 		}
-		r := LineRecord{Repo: h.Repo, Branch: h.Branch, Workflow: h.Workflow, Build: h.Build, HeldAt: heldAt, Owner: h.Identity}
+		r := LineRecord{Repo: h.Repo, Branch: h.Branch, Workflow: h.Workflow, Build: h.Build, HeldAt: heldAt, Owner: h.Identity,
+			Token: token}
 		if h.Rollback {
 			r.Since = heldAt
 		}
@@ -384,18 +393,32 @@ func remembered(g Grant, claims []Claim, c Claim, now time.Time, p Policy) (int6
 	ofLine := func(r LineRecord) bool {
 		return r.Repo == c.Repo && r.Branch == c.Branch && r.Workflow == c.Workflow && now.Before(r.HeldAt.Add(memory))
 	}
-	var since time.Time // the line's last rollback, never after now
+	// The line's last rollback, never after now, and the highest token of
+	// the grants at its instant since it: of rollbacks at one instant, the
+	// higher token is the later.
+	var since time.Time
+	var sinceToken int64
 	for _, r := range records {
-		if ofLine(r) && r.Since.After(since) && !r.Since.After(now) {
-			since = r.Since
+		if !ofLine(r) || r.Since.IsZero() || r.Since.After(now) {
+			continue
+		}
+		if r.Since.After(since) {
+			since, sinceToken = r.Since, 0
+		}
+		if r.Since.Equal(since) && r.HeldAt.Equal(since) {
+			sinceToken = max(sinceToken, r.Token)
 		}
 	}
-	// A build granted at the very instant of the rollback is not after it,
+	// A build granted at the very instant of the rollback is after it only
+	// with a token no lower (without tokens, only records since it are),
 	// and a grant cannot have been after now.
 	after := func(r LineRecord) bool {
 		heldAt := r.HeldAt
 		if heldAt.After(now) {
 			heldAt = now
+		}
+		if r.HeldAt.Equal(since) && r.Token > 0 && sinceToken > 0 {
+			return r.Token >= sinceToken
 		}
 		return since.IsZero() || heldAt.After(since) || heldAt.Equal(since) && r.Since.Equal(since)
 	}
@@ -405,7 +428,7 @@ func remembered(g Grant, claims []Claim, c Claim, now time.Time, p Policy) (int6
 			continue
 		}
 		if best == nil || r.Build > best.Build || r.Build == best.Build &&
-			(r.HeldAt.After(best.HeldAt) || r.HeldAt.Equal(best.HeldAt) && r.Owner > best.Owner) {
+			(r.HeldAt.After(best.HeldAt) || r.HeldAt.Equal(best.HeldAt) && laterAtOneInstant(r, *best)) {
 			best = &records[k]
 		}
 	}
@@ -413,6 +436,30 @@ func remembered(g Grant, claims []Claim, c Claim, now time.Time, p Policy) (int6
 		return 0, ""
 	}
 	return best.Build, best.Owner
+}
+
+// namedToken restates rule 11 for the token of the hold that record g
+// names, claims[i]: its status shows it once written; until then a grant's
+// token is above every other, and at least the floor.
+func namedToken(claims []Claim, i int, g Grant) int64 {
+	c, others := claims[i], maxTokenBut(claims, i)
+	switch {
+	case c.Phase == Held && c.FencingToken > 0 && c.FencingToken >= others:
+		return c.FencingToken
+	case c.Phase != Held && (g.Token < g.Floor || g.Token <= others):
+		return max(g.Floor, others+1)
+	}
+	return g.Token
+}
+
+// laterAtOneInstant reports whether record r, granted at the instant old
+// was, beats it: the higher token where both have one, else the greater
+// owner.
+func laterAtOneInstant(r, old LineRecord) bool {
+	if r.Token > 0 && old.Token > 0 && r.Token != old.Token {
+		return r.Token > old.Token
+	}
+	return r.Owner > old.Owner
 }
 
 // mayRollBack restates who may roll back under policy p: anyone, a

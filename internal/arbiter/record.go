@@ -142,23 +142,34 @@ func (d *decider) history() []LineRecord {
 	for i, c := range d.claims {
 		switch {
 		case i == d.granted && i == d.liveHolder:
-			out = append(out, heldRecord(c, d.grant.AcquiredAt))
+			out = append(out, heldRecord(c, d.grant.AcquiredAt, d.grant.Token))
 		case c.FencingToken > 0 && !c.AcquiredAt.IsZero():
-			out = append(out, heldRecord(c, c.AcquiredAt))
+			out = append(out, heldRecord(c, c.AcquiredAt, c.FencingToken))
 		case i == d.granted:
-			out = append(out, heldRecord(c, d.grant.AcquiredAt))
+			out = append(out, heldRecord(c, d.grant.AcquiredAt, d.grant.Token))
 		}
 	}
 	if len(out) > 1 {
-		slices.SortStableFunc(out, func(a, b LineRecord) int { return a.HeldAt.Compare(b.HeldAt) })
+		slices.SortStableFunc(out, compareGrants)
 	}
 	return out
 }
 
-// heldRecord is the line record of c's hold granted at heldAt.
-func heldRecord(c *Claim, heldAt time.Time) LineRecord {
+// compareGrants orders line records by when they were granted: by HeldAt,
+// and at one instant by token where both have one (records of an older
+// operator have none, and keep the order they come in).
+func compareGrants(a, b LineRecord) int {
+	if c := a.HeldAt.Compare(b.HeldAt); c != 0 || a.Token == 0 || b.Token == 0 {
+		return c
+	}
+	return cmp.Compare(a.Token, b.Token)
+}
+
+// heldRecord is the line record of c's hold granted at heldAt with the
+// given fencing token.
+func heldRecord(c *Claim, heldAt time.Time, token int64) LineRecord {
 	r := LineRecord{Repo: c.Repo, Branch: c.Branch, Workflow: c.Workflow, Build: c.Build, HeldAt: heldAt, Owner: c.Identity,
-		OwnerCI: c.CIIdentity}
+		OwnerCI: c.CIIdentity, Token: token}
 	if c.Rollback {
 		r.Since = heldAt
 	}
@@ -168,13 +179,21 @@ func heldRecord(c *Claim, heldAt time.Time) LineRecord {
 // lineOfRecord is the line a record is of.
 func lineOfRecord(r *LineRecord) line { return line{r.Repo, r.Branch, r.Workflow} }
 
+// lastRollback is a line's last rollback: when, and the highest token of the
+// records granted at that instant since it (0: none has a token).
+type lastRollback struct {
+	at    time.Time
+	token int64
+}
+
 // rollbacks returns when each line of the given records was last rolled
 // back within the line memory: the latest Since of its records that are
 // remembered (nil when no line was), but never after now (a record edited
 // to the future cannot have rolled anything back yet). A line's builds
-// granted before it no longer count.
-func (d *decider) rollbacks(sets ...[]LineRecord) map[line]time.Time {
-	var since map[line]time.Time
+// granted before it no longer count; of two rollbacks at one instant, the
+// one with the higher token is the later.
+func (d *decider) rollbacks(sets ...[]LineRecord) map[line]lastRollback {
+	var since map[line]lastRollback
 	for _, records := range sets {
 		for k := range records {
 			r := &records[k]
@@ -182,11 +201,17 @@ func (d *decider) rollbacks(sets ...[]LineRecord) map[line]time.Time {
 				continue
 			}
 			if since == nil {
-				since = map[line]time.Time{}
+				since = map[line]lastRollback{}
 			}
-			if l := lineOfRecord(r); r.Since.After(since[l]) {
-				since[l] = r.Since
+			l := lineOfRecord(r)
+			last := since[l]
+			if r.Since.After(last.at) {
+				last = lastRollback{at: r.Since}
 			}
+			if r.Since.Equal(last.at) && r.HeldAt.Equal(r.Since) {
+				last.token = max(last.token, r.Token)
+			}
+			since[l] = last
 		}
 	}
 	return since
@@ -195,33 +220,46 @@ func (d *decider) rollbacks(sets ...[]LineRecord) map[line]time.Time {
 // counts reports whether record r is part of its line's memory at now: it
 // is within the line memory, and granted after its line's last rollback
 // (or is that rollback's own record).
-func (d *decider) counts(r *LineRecord, since map[line]time.Time) bool {
+func (d *decider) counts(r *LineRecord, since map[line]lastRollback) bool {
 	return d.remembers(*r) && afterRollback(r, since[lineOfRecord(r)], d.now)
 }
 
 // afterRollback reports whether record r counts after its line's last
-// rollback at since (zero: none): it was granted later, or it is the
-// rollback's own record (a build granted at that very instant is not). A
-// record of a grant after now (an edited record, a skewed clock) counts as
-// granted now: it cannot have come after a rollback granted now.
-func afterRollback(r *LineRecord, since, now time.Time) bool {
+// rollback (zero: none): it was granted later, or at that very instant
+// with a token no lower than the last grant's since the rollback (the
+// rollback's own record, or a grant after it); where either has no token,
+// only the records since the rollback count at its instant. A record of a
+// grant after now (an edited record, a skewed clock) counts as granted
+// now, but not after a rollback granted now: it cannot have come after it.
+func afterRollback(r *LineRecord, since lastRollback, now time.Time) bool {
 	heldAt := r.HeldAt
 	if heldAt.After(now) {
 		heldAt = now
 	}
-	return since.IsZero() || heldAt.After(since) || heldAt.Equal(since) && r.Since.Equal(since)
+	switch {
+	case since.at.IsZero() || heldAt.After(since.at):
+		return true
+	case !heldAt.Equal(since.at):
+		return false
+	case r.HeldAt.Equal(since.at) && r.Token > 0 && since.token > 0:
+		return r.Token >= since.token
+	}
+	return r.Since.Equal(since.at)
 }
 
 // higher reports whether record r of a line beats old, of the same line:
-// a higher build, or the same build granted later (a re-run); records of
-// one build granted at one instant tie-break on their owner, so that the
-// order they come in does not matter.
+// a higher build, or the same build granted later (a re-run; at one
+// instant, with the higher token); records of one build granted at one
+// instant without tokens tie-break on their owner, so that the order they
+// come in does not matter.
 func higher(old, r *LineRecord) bool {
 	switch {
 	case r.Build != old.Build:
 		return r.Build > old.Build
 	case !r.HeldAt.Equal(old.HeldAt):
 		return r.HeldAt.After(old.HeldAt)
+	case r.Token > 0 && old.Token > 0 && r.Token != old.Token:
+		return r.Token > old.Token
 	}
 	return r.Owner > old.Owner
 }
@@ -299,7 +337,7 @@ func (d *decider) recordLine(c *Claim) []LineRecord {
 	hist := d.history()
 	var granted []LineRecord
 	if c != nil {
-		granted = []LineRecord{heldRecord(c, d.now)}
+		granted = []LineRecord{heldRecord(c, d.now, d.maxToken()+1)}
 	}
 	b := lineBudget{since: d.rollbacks(d.grant.Lines, hist, granted), now: d.now}
 	kept := make([]LineRecord, 0, len(d.grant.Lines))
@@ -330,7 +368,7 @@ func (d *decider) recordLine(c *Claim) []LineRecord {
 // LineMemoryBytesPerOwner: one record per line, the highest build since
 // the line's last rollback (since), which it records.
 type lineBudget struct {
-	since   map[line]time.Time
+	since   map[line]lastRollback
 	now     time.Time
 	records []LineRecord
 	index   map[line]int   // records[index[l]] is line l's
@@ -383,7 +421,7 @@ func (b *lineBudget) grant(r LineRecord) {
 	// Granted now, it comes after every rollback the records know (none is
 	// after now): it takes the line's last one as its Since.
 	rollback := !r.Since.IsZero()
-	r.Since = b.since[lineOfRecord(&r)]
+	r.Since = b.since[lineOfRecord(&r)].at
 	if k, ok := b.index[lineOfRecord(&r)]; ok {
 		if rollback || r.Build >= b.records[k].Build {
 			b.replace(k, r)
@@ -400,7 +438,7 @@ func (b *lineBudget) rolledBack(r *LineRecord) bool {
 	if !afterRollback(r, since, b.now) {
 		return false
 	}
-	r.Since = since
+	r.Since = since.at
 	return true
 }
 
@@ -432,7 +470,7 @@ func (b *lineBudget) sorted() []LineRecord {
 }
 
 // compareRecords orders line records by repository, branch, workflow, then
-// when they held.
+// when they held (compareGrants).
 func compareRecords(a, b LineRecord) int {
 	if c := strings.Compare(a.Repo, b.Repo); c != 0 {
 		return c
@@ -443,5 +481,5 @@ func compareRecords(a, b LineRecord) int {
 	if c := strings.Compare(a.Workflow, b.Workflow); c != 0 {
 		return c
 	}
-	return a.HeldAt.Compare(b.HeldAt)
+	return compareGrants(a, b)
 }

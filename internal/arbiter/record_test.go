@@ -116,7 +116,7 @@ func TestARestoredRecordIsTheHoldsOwn(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			d := Decide(staging, []Claim{holder, gone, shop42}, tc.grant, at(60), Policy{})
 			want := Grant{Holder: "web-5", HolderUID: "uid-web-5", Token: 7, AcquiredAt: at(30), Writer: holder.Writer,
-				Lines: []LineRecord{{Repo: "acme/web", Branch: "main", Build: 5, HeldAt: at(30), Owner: webPipeline}}}
+				Lines: []LineRecord{{Repo: "acme/web", Branch: "main", Build: 5, HeldAt: at(30), Owner: webPipeline, Token: 7}}}
 			if !d.GrantChanged || d.Repair != tc.repair || !d.Grant.Equal(want) {
 				t.Errorf("changed=%v repair=%q grant {%s}, want changed, repair %q, grant {%s}", d.GrantChanged, d.Repair, d.Grant, tc.repair, want)
 			}
@@ -132,7 +132,7 @@ func TestAnEditedLineMemoryIsRestoredFromTheClaims(t *testing.T) {
 	// The record's line memory was removed by hand (or no longer parsed);
 	// a claim that held is still there.
 	before := inPhase(heldSince(claim("shop-10", shop, 10, 5), 3, 10), Released)
-	shopLine := LineRecord{Repo: "acme/shop", Branch: "main", Build: 10, HeldAt: at(10)}
+	shopLine := LineRecord{Repo: "acme/shop", Branch: "main", Build: 10, HeldAt: at(10), Token: 3}
 	for name, tc := range map[string]struct {
 		claims []Claim
 		grant  Grant
@@ -142,7 +142,7 @@ func TestAnEditedLineMemoryIsRestoredFromTheClaims(t *testing.T) {
 		"a holder's record": {
 			claims: []Claim{before, heldSince(web5, 4, 30)},
 			grant:  Grant{Holder: "web-5", HolderUID: "uid-web-5", Token: 4, AcquiredAt: at(30)},
-			want:   []LineRecord{shopLine, {Repo: "acme/web", Branch: "main", Build: 5, HeldAt: at(30)}},
+			want:   []LineRecord{shopLine, {Repo: "acme/web", Branch: "main", Build: 5, HeldAt: at(30), Token: 4}},
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -166,7 +166,7 @@ func TestADeletedRecordRemembersTheBuildsTheClaimsShowHeld(t *testing.T) {
 		!strings.Contains(v.Message, "Build 10 of acme/shop@main already deployed: it held staging at 2026-03-02T09:10:00Z") {
 		t.Errorf("shop-9: %s %q", short(v), v.Message)
 	}
-	want := []LineRecord{{Repo: "acme/shop", Branch: "main", Build: 10, HeldAt: at(10)}}
+	want := []LineRecord{{Repo: "acme/shop", Branch: "main", Build: 10, HeldAt: at(10), Token: 3}}
 	if !d.GrantChanged || d.Repair != RepairRecreated || d.Grant.Holder != "" || d.Grant.Token != 3 || !(Grant{Lines: want}).Equal(Grant{Lines: d.Grant.Lines}) {
 		t.Errorf("the record is not written again with the memory: %s", d)
 	}
@@ -321,7 +321,7 @@ func TestCIIdentitiesArePipelines(t *testing.T) {
 		},
 	})
 	d := Decide(staging, []Claim{ci(claim("shop-43", shop, 43, 50))}, byCI, at(60), Policy{})
-	if want := (LineRecord{Repo: "acme/shop", Branch: "main", Build: 43, HeldAt: at(60), Owner: shopCI, OwnerCI: true}); len(d.Grant.Lines) != 1 || !d.Grant.Lines[0].equal(want) {
+	if want := (LineRecord{Repo: "acme/shop", Branch: "main", Build: 43, HeldAt: at(60), Owner: shopCI, OwnerCI: true, Token: 5}); len(d.Grant.Lines) != 1 || !d.Grant.Lines[0].equal(want) {
 		t.Errorf("a CI identity's hold records %v, want %v", d.Grant.Lines, want)
 	}
 	d = Decide(staging, []Claim{as(claim("evil", shop, huge, 50), webPipeline)}, byCI, at(60), Policy{})

@@ -138,6 +138,22 @@ func TestRollbacks(t *testing.T) {
 			want:   map[string]string{"shop-42-first": "Released (unchanged)", "shop-41": "Released (unchanged)", "shop-42": "Held Acquired"},
 			holder: "shop-42", grantChanged: true, token: 6,
 		},
+		"of two rollbacks of a line granted at one instant, the later grant is the line's": {
+			// shop-45 rolled back, held and ended at minute 60; shop-40 rolls
+			// back then too: the higher token tells which grant came last.
+			claims: []Claim{inPhase(heldSince(rollback(claim("shop-45", shop, 45, 5), "first"), 5, 60), Released), rollback(claim("shop-40", shop, 40, 55), "second")},
+			grant: Grant{Token: 5, Lines: []LineRecord{{Repo: "acme/shop", Branch: "main", Build: 45, HeldAt: at(60), Since: at(60), Token: 5}},
+				Ended: Ending{Name: "shop-45", UID: "uid-shop-45", Phase: Released, Reason: ReasonPodFinished, At: at(60)}},
+			want:   map[string]string{"shop-45": "Released (unchanged)", "shop-40": "Held Acquired"},
+			holder: "shop-40", grantChanged: true, token: 6,
+		},
+		"a rollback granted at the instant of another, recorded by an older operator, holds too": {
+			claims: []Claim{inPhase(heldSince(rollback(claim("shop-45", shop, 45, 5), "first"), 5, 60), Released), rollback(claim("shop-40", shop, 40, 55), "second")},
+			grant: Grant{Token: 5, Lines: []LineRecord{{Repo: "acme/shop", Branch: "main", Build: 45, HeldAt: at(60), Since: at(60)}},
+				Ended: Ending{Name: "shop-45", UID: "uid-shop-45", Phase: Released, Reason: ReasonPodFinished, At: at(60)}},
+			want:   map[string]string{"shop-45": "Released (unchanged)", "shop-40": "Held Acquired"},
+			holder: "shop-40", grantChanged: true, token: 6,
+		},
 		"a rollback waits for the holder: no pre-emption": {
 			claims: []Claim{held(web5, 7), back}, grant: withLines(webHolds, fortyTwoHeld.Lines),
 			want:   map[string]string{"web-5": "Held Acquired", "shop-41": "Waiting WaitingForHolder"},
@@ -212,7 +228,7 @@ func TestRollbacks(t *testing.T) {
 
 	// Its grant lowers the line's memory, records when, and is audited.
 	d := Decide(staging, []Claim{as(back, alice)}, fortyTwoHeld, at(60), Policy{})
-	want := LineRecord{Repo: "acme/shop", Branch: "main", Build: 41, HeldAt: at(60), Owner: alice, Since: at(60)}
+	want := LineRecord{Repo: "acme/shop", Branch: "main", Build: 41, HeldAt: at(60), Owner: alice, Since: at(60), Token: 5}
 	if len(d.Grant.Lines) != 1 || !d.Grant.Lines[0].equal(want) {
 		t.Errorf("the rollback's grant records %+v, want %+v", d.Grant.Lines, want)
 	}

@@ -335,6 +335,10 @@ type LineRecord struct {
 	// record's life): builds granted before it no longer count, whatever
 	// the claims show. A rollback's own record has Since == HeldAt.
 	Since time.Time
+	// Token is the fencing token of the grant (0 in records of an older
+	// operator): of two grants of a line at one instant, the higher token
+	// is the later.
+	Token int64
 }
 
 // Size is what a record counts against LineMemoryBytes: an upper bound of
@@ -351,18 +355,22 @@ func (r LineRecord) Size() int {
 	if !r.Since.IsZero() {
 		size += lineRecordSinceOverhead
 	}
+	if r.Token != 0 {
+		size += lineRecordTokenOverhead
+	}
 	return size
 }
 
 // lineRecordOverhead bounds a record's encoding without its strings: the
 // field names and punctuation, a build of up to 16 digits and an RFC 3339
-// time with nanoseconds, and the comma that separates records. A workflow
-// and a rollback's time add their own (records without them are as long as
-// before they existed).
+// time with nanoseconds, and the comma that separates records. A workflow,
+// a rollback's time and a token (of up to 20 characters) add their own
+// (records without them are as long as before they existed).
 const (
 	lineRecordOverhead         = 112
 	lineRecordWorkflowOverhead = 16
 	lineRecordSinceOverhead    = 48
+	lineRecordTokenOverhead    = 32
 )
 
 // AuditEntry is one notable event of the lock (Grant.Audit): a
@@ -448,7 +456,7 @@ func (g Grant) Equal(o Grant) bool {
 func (r LineRecord) equal(o LineRecord) bool {
 	return r.Repo == o.Repo && r.Branch == o.Branch && r.Workflow == o.Workflow && r.Build == o.Build &&
 		r.HeldAt.Equal(o.HeldAt) && r.Owner == o.Owner && r.Since.Equal(o.Since) &&
-		r.OwnerCI == o.OwnerCI
+		r.OwnerCI == o.OwnerCI && r.Token == o.Token
 }
 
 func (e AuditEntry) equal(o AuditEntry) bool {

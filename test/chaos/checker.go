@@ -71,12 +71,18 @@ type LockKey struct{ Namespace, Target string }
 
 func (k LockKey) String() string { return k.Namespace + "/" + k.Target }
 
-// line is a repository and branch, whose builds replace each other.
-type line struct{ repo, branch string }
+// line is a repository, branch and workflow (spec.workflow, "" for none),
+// whose builds replace each other.
+type line struct{ repo, branch, workflow string }
 
-func lineOf(s buildlockv1.BuildLockSpec) line { return line{s.Repo, s.Branch} }
+func lineOf(s buildlockv1.BuildLockSpec) line { return line{s.Repo, s.Branch, s.Workflow} }
 
-func (l line) String() string { return l.repo + "@" + l.branch }
+func (l line) String() string {
+	if l.workflow == "" {
+		return l.repo + "@" + l.branch
+	}
+	return l.repo + "@" + l.branch + "/" + l.workflow
+}
 
 func expiresAfter(s buildlockv1.BuildLockSpec) time.Duration {
 	if s.ExpiresAfter == nil {
@@ -152,6 +158,9 @@ type CheckerStats struct {
 	// memory that only a version of the Lease explains (the checker did not
 	// see the hold that it remembers).
 	MemorySupersessions int
+	// Reruns counts grants of another run of a build of its line that
+	// held; Rollbacks, grants of rollbacks below their line's memory or at it.
+	Reruns, Rollbacks int
 	// UnseenHolds counts claims a re-list showed ended with a fencing
 	// token, that held while the checker's watch was down.
 	UnseenHolds int
@@ -253,6 +262,9 @@ type Checker struct {
 	// defers the checks that need another item of the list.
 	relisting bool
 	deferred  []func()
+	// listed is, during a re-list of the claims, the list by UID: what a
+	// check of one item must know of another that comes later.
+	listed map[types.UID]*buildlockv1.BuildLock
 }
 
 type claimView struct {
@@ -301,6 +313,8 @@ type claimView struct {
 	// requester is who created the claim (spec.requester's user name, as
 	// the API server stamped it; "" when not stamped).
 	requester string
+	// ciRequester: the requester is a CI identity (spec.requester.repository).
+	ciRequester bool
 }
 
 type lockView struct {
@@ -517,7 +531,7 @@ func newClaimView(lock LockKey, bl *buildlockv1.BuildLock, prev *claimView, now 
 	}
 	cv.deleting = bl.DeletionTimestamp != nil
 	if r := bl.Spec.Requester; r != nil {
-		cv.requester = r.Username
+		cv.requester, cv.ciRequester = r.Username, r.Repository != ""
 	}
 	if cv.endRV == 0 && isTerminal(phaseOf(bl.Status.Phase)) {
 		cv.endRV = parseRV(bl.ResourceVersion)

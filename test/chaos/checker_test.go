@@ -231,6 +231,38 @@ func (h *history) setPolicy(ordering buildlockv1.Ordering, maxHold time.Duration
 	h.c.ObservePolicy(watch.Modified, h.policy.DeepCopy())
 }
 
+// setReruns: an administrator sets the lock's policy on re-runs and
+// rollbacks.
+func (h *history) setReruns(reruns buildlockv1.Reruns, rollbacks buildlockv1.Rollbacks) {
+	if h.policy == nil {
+		h.setPolicy("", 0)
+	}
+	h.policy.ResourceVersion = h.nextRV()
+	h.policy.Spec.Reruns, h.policy.Spec.Rollbacks = reruns, rollbacks
+	h.c.ObservePolicy(watch.Modified, h.policy.DeepCopy())
+}
+
+// createRollback: requester creates a claim that rolls back (spec.rollback),
+// its requester stamped by the API server.
+func (h *history) createRollback(name, repo string, build int64, requester string) {
+	bl := h.create(name, repo, build, "pod-"+name)
+	bl.ResourceVersion = h.nextRV()
+	bl.Spec.Rollback = &buildlockv1.Rollback{Reason: "INC-7: checkout broke"}
+	bl.Spec.Requester = &buildlockv1.Requester{Username: requester}
+	h.ledger.WroteSpec(ns, name, bl.Spec)
+	h.c.ObserveClaim(watch.Modified, bl.DeepCopy())
+}
+
+// heldAndEnded: build of repo held with token, and its pod finished.
+func heldAndEnded(h *history, name, repo string, build int64, token int32) {
+	h.create(name, repo, build, "pod-"+name)
+	h.hold(name, token)
+	h.later(time.Minute)
+	h.ledger.PodFinishing(ns, "pod-"+name, true)
+	h.grant("", token)
+	h.status(name, buildlockv1.PhaseReleased, buildlockv1.ReasonPodFinished, 0, "")
+}
+
 func (h *history) deleteClaim(name string, byOwner bool) {
 	if byOwner {
 		h.ledger.RequestDelete(ns, name)
@@ -310,6 +342,50 @@ func holdUnderMaxHold(h *history) {
 
 func TestCheckerAccepts(t *testing.T) {
 	cases := map[string]func(h *history){
+		"a re-run of a build after its first run's claim ended": func(h *history) {
+			heldAndEnded(h, "b10", "acme/shop", 10, 1)
+			h.create("b10-rerun", "acme/shop", 10, "pod-b10-rerun")
+			h.hold("b10-rerun", 2)
+		},
+		"a rollback the policy allows, and the next build of its line above it": func(h *history) {
+			h.setReruns("", buildlockv1.RollbacksPeopleOnly)
+			heldAndEnded(h, "b10", "acme/shop", 10, 1)
+			h.createRollback("b8", "acme/shop", 8, "alice@example.com")
+			h.hold("b8", 2)
+			h.later(time.Minute)
+			h.ledger.PodFinishing(ns, "pod-b8", true)
+			h.grant("", 2)
+			h.status("b8", buildlockv1.PhaseReleased, buildlockv1.ReasonPodFinished, 0, "")
+			h.create("b9", "acme/shop", 9, "pod-b9")
+			h.hold("b9", 3)
+		},
+		"a re-run a re-list shows Held, its first run's claim gone from the list": func(h *history) {
+			h.create("b10", "acme/shop", 10, "")
+			h.hold("b10", 1)
+			h.create("b10-rerun", "acme/shop", 10, "pod-b10-rerun")
+			// The watches break; meanwhile b10 expires and is deleted, and
+			// its other run is granted (token 2).
+			h.later(15 * time.Second)
+			r := h.claims["b10-rerun"].DeepCopy()
+			r.ResourceVersion = h.nextRV()
+			r.Status.Phase, r.Status.Reason, r.Status.FencingToken = buildlockv1.PhaseHeld, buildlockv1.ReasonAcquired, 2
+			r.Status.AcquiredAt = &metav1.MicroTime{Time: h.now}
+			h.ledger.RequestDelete(ns, "b10")
+			h.c.RelistClaims([]buildlockv1.BuildLock{*r}, r.ResourceVersion)
+			l := h.lease.DeepCopy()
+			l.ResourceVersion = h.nextRV()
+			l.Spec.HolderIdentity, l.Spec.LeaseTransitions = ptr.To("b10-rerun/uid-b10-rerun"), ptr.To(int32(2))
+			h.c.RelistLeases([]coordinationv1.Lease{*l}, l.ResourceVersion)
+		},
+		"a second workflow's lower run number": func(h *history) {
+			heldAndEnded(h, "deploy-500", "acme/shop", 500, 1)
+			bl := h.create("hotfix-12", "acme/shop", 12, "pod-hotfix-12")
+			bl.ResourceVersion = h.nextRV()
+			bl.Spec.Workflow = "hotfix.yml"
+			h.ledger.WroteSpec(ns, "hotfix-12", bl.Spec)
+			h.c.ObserveClaim(watch.Modified, bl.DeepCopy())
+			h.hold("hotfix-12", 2)
+		},
 		// The short run of seed 1: web's line waits; web's next build
 		// arrives and api's claim too; a manager that has not seen api yet
 		// grants web's build; another manager, whose clock is 2 s behind,
@@ -1028,15 +1104,41 @@ func TestCheckerReports(t *testing.T) {
 			},
 			rules: []string{"no-rollback"},
 		},
-		"a re-run of a build that deployed, granted again": {
+		"a re-run of a build that deployed, granted again under reruns: Refused": {
 			history: func(h *history) {
-				h.create("b10", "acme/shop", 10, "pod-b10")
-				h.hold("b10", 1)
-				h.ledger.PodFinishing(ns, "pod-b10", true)
-				h.grant("", 1)
-				h.status("b10", buildlockv1.PhaseReleased, buildlockv1.ReasonPodFinished, 0, "")
+				h.setReruns(buildlockv1.RerunsRefused, "")
+				heldAndEnded(h, "b10", "acme/shop", 10, 1)
 				h.create("b10-rerun", "acme/shop", 10, "pod-b10-rerun")
 				h.hold("b10-rerun", 2)
+			},
+			rules: []string{"no-rollback"},
+		},
+		"a re-run granted while the first run's claim goes on": {
+			history: func(h *history) {
+				// b10 never ended: it still shows Held (two holders), and its
+				// build's other run goes too.
+				h.create("b10", "acme/shop", 10, "pod-b10")
+				h.hold("b10", 1)
+				h.create("b10-rerun", "acme/shop", 10, "pod-b10-rerun")
+				h.hold("b10-rerun", 2)
+			},
+			rules: []string{"no-rollback", "one-holder"},
+		},
+		"a rollback granted under rollbacks: Nobody": {
+			history: func(h *history) {
+				h.setReruns("", buildlockv1.RollbacksNobody)
+				heldAndEnded(h, "b10", "acme/shop", 10, 1)
+				h.createRollback("b9", "acme/shop", 9, "alice@example.com")
+				h.hold("b9", 2)
+			},
+			rules: []string{"no-rollback"},
+		},
+		"a pipeline's rollback granted under rollbacks: PeopleOnly": {
+			history: func(h *history) {
+				h.setReruns("", buildlockv1.RollbacksPeopleOnly)
+				heldAndEnded(h, "b10", "acme/shop", 10, 1)
+				h.createRollback("b9", "acme/shop", 9, "system:serviceaccount:ci:shop")
+				h.hold("b9", 2)
 			},
 			rules: []string{"no-rollback"},
 		},

@@ -25,6 +25,10 @@ type policyEra struct {
 	ordering buildlockv1.Ordering
 	// maxHold bounds every hold (zero: none).
 	maxHold time.Duration
+	// refuseReruns: spec.reruns is Refused; rollbacks is spec.rollbacks
+	// (Anyone when unset).
+	refuseReruns bool
+	rollbacks    buildlockv1.Rollbacks
 }
 
 // heldBuild is a build of a line that held a lock.
@@ -63,7 +67,7 @@ func (c *Checker) ObservePolicy(typ watch.EventType, p *buildlockv1.BuildLockPol
 func (c *Checker) observePolicy(typ watch.EventType, p *buildlockv1.BuildLockPolicy, initial bool) {
 	now := c.o.Now()
 	lock := LockKey{p.Namespace, p.Name}
-	era := policyEra{from: now, ordering: buildlockv1.OrderingNewestWins, maxHold: c.o.MaxHold}
+	era := policyEra{from: now, ordering: buildlockv1.OrderingNewestWins, maxHold: c.o.MaxHold, rollbacks: buildlockv1.RollbacksAnyone}
 	if typ != watch.Deleted {
 		switch o := p.Spec.Ordering; o {
 		case buildlockv1.OrderingQueue, buildlockv1.OrderingFifo:
@@ -72,15 +76,21 @@ func (c *Checker) observePolicy(typ watch.EventType, p *buildlockv1.BuildLockPol
 		if p.Spec.MaxHold != nil {
 			era.maxHold = p.Spec.MaxHold.Duration
 		}
+		era.refuseReruns = p.Spec.Reruns == buildlockv1.RerunsRefused
+		switch r := p.Spec.Rollbacks; r {
+		case buildlockv1.RollbacksPeopleOnly, buildlockv1.RollbacksNobody:
+			era.rollbacks = r
+		}
 	}
 	c.record(Entry{At: now, Kind: "Policy", Type: typ, Lock: lock, Name: p.Name, UID: p.UID, RV: p.ResourceVersion,
-		What: fmt.Sprintf("ordering=%s maxHold=%s", era.ordering, era.maxHold)})
+		What: fmt.Sprintf("ordering=%s maxHold=%s refuseReruns=%v rollbacks=%s", era.ordering, era.maxHold, era.refuseReruns, era.rollbacks)})
 	c.stats.PolicyEvents++
 	lv := c.lock(lock)
 	last := lv.eras[len(lv.eras)-1]
-	if last.ordering == era.ordering && last.maxHold == era.maxHold {
+	if era.from = last.from; era == last {
 		return
 	}
+	era.from = now
 	if initial {
 		era.from = time.Time{}
 		lv.eras = []policyEra{era}
@@ -313,11 +323,12 @@ func (c *Checker) explainedByMemory(lv *lockView, cv *claimView, now time.Time) 
 func (c *Checker) noteMemory(e Entry, lv *lockView, l *coordinationv1.Lease) {
 	raw := l.Annotations[LinesAnnotation]
 	var records []struct {
-		Repo   string    `json:"repo"`
-		Branch string    `json:"branch"`
-		Build  int64     `json:"build"`
-		HeldAt time.Time `json:"heldAt"`
-		Owner  string    `json:"owner"`
+		Repo     string    `json:"repo"`
+		Branch   string    `json:"branch"`
+		Workflow string    `json:"workflow"`
+		Build    int64     `json:"build"`
+		HeldAt   time.Time `json:"heldAt"`
+		Owner    string    `json:"owner"`
 	}
 	if raw != "" {
 		if err := json.Unmarshal([]byte(raw), &records); err != nil {
@@ -327,7 +338,7 @@ func (c *Checker) noteMemory(e Entry, lv *lockView, l *coordinationv1.Lease) {
 	}
 	remembered := map[line]heldBuild{}
 	for _, r := range records {
-		ln := line{r.Repo, r.Branch}
+		ln := line{r.Repo, r.Branch, r.Workflow}
 		known := false
 		for _, b := range lv.memory[ln] {
 			known = known || (b.build == r.Build && b.at.Equal(r.HeldAt))
@@ -351,17 +362,28 @@ func (c *Checker) noteMemory(e Entry, lv *lockView, l *coordinationv1.Lease) {
 	lv.memoryPending = kept
 }
 
-// checkNoRollback: in every ordering, a build is never granted at or below
-// a build of its line that held before, within the grant retention (a
-// re-run of a build that deployed, or an older build arriving late).
+// checkNoRollback: in every ordering, a build is never granted below a
+// build of its line that held before, within the grant retention (an older
+// build arriving late), nor at it (another run of the build) while the
+// earlier run's claim has not ended, or when the policy refuses re-runs.
+// A rollback (spec.rollback) that the policy allows its requester is
+// exempt, and its grant resets the line's memory to its build.
 func (c *Checker) checkNoRollback(e Entry, lv *lockView, cv *claimView) {
 	acquired, _ := c.acquiredAt(lv, cv)
 	if acquired.IsZero() {
 		acquired = e.At
 	}
 	l := lineOf(cv.spec)
+	rollback := cv.spec.Rollback != nil && c.rollbackAllowed(lv, cv, acquired)
 	for _, b := range lv.lines[l] {
 		if b.name == cv.name || b.build < cv.spec.Build || c.forgotten(lv, cv.lock, b) {
+			continue
+		}
+		if b.build > cv.spec.Build && rollback {
+			continue
+		}
+		if b.build == cv.spec.Build && c.ended(cv.lock, b) && (rollback || c.rerunsAllowed(lv, acquired)) {
+			c.stats.Reruns++
 			continue
 		}
 		// Both grant times are managers' clocks: allow the skew both ways.
@@ -371,7 +393,56 @@ func (c *Checker) checkNoRollback(e Entry, lv *lockView, cv *claimView) {
 			break
 		}
 	}
+	if rollback {
+		c.stats.Rollbacks++
+		lv.lines[l] = nil
+	}
 	c.rememberHeld(lv, cv, acquired)
+}
+
+// ended reports whether the claim of build b, which held lock k, has
+// ended: it is terminal, being deleted, or gone (during a re-list, as the
+// list shows it, since its items are judged one at a time).
+func (c *Checker) ended(k LockKey, b heldBuild) bool {
+	earlier := c.claims[c.names[k.Namespace+"/"+b.name]]
+	if earlier == nil || earlier.deleted || earlier.deleting || isTerminal(phaseOf(earlier.status.Phase)) {
+		return true
+	}
+	if c.listed == nil {
+		return false
+	}
+	listed := c.listed[earlier.uid]
+	return listed == nil || listed.DeletionTimestamp != nil || isTerminal(phaseOf(listed.Status.Phase))
+}
+
+// rerunsAllowed reports whether some policy of lock lv in effect within the
+// policy lag before acquired allowed re-runs.
+func (c *Checker) rerunsAllowed(lv *lockView, acquired time.Time) bool {
+	for _, era := range lv.erasSince(acquired.Add(-c.o.PolicyLag)) {
+		if !era.refuseReruns {
+			return true
+		}
+	}
+	return false
+}
+
+// rollbackAllowed reports whether some policy in effect within the policy
+// lag before acquired allowed claim cv's rollback: Anyone; PeopleOnly for a
+// requester that is neither a service account nor a CI identity; never
+// Nobody.
+func (c *Checker) rollbackAllowed(lv *lockView, cv *claimView, acquired time.Time) bool {
+	for _, era := range lv.erasSince(acquired.Add(-c.o.PolicyLag)) {
+		switch era.rollbacks {
+		case buildlockv1.RollbacksNobody:
+		case buildlockv1.RollbacksPeopleOnly:
+			if cv.requester != "" && !isServiceAccount(cv.requester) && !cv.ciRequester {
+				return true
+			}
+		default:
+			return true
+		}
+	}
+	return false
 }
 
 // rememberHeld records that claim cv's build was granted at acquired (once

@@ -41,6 +41,10 @@ func (c *Checker) RelistClaims(items []buildlockv1.BuildLock, rv string) {
 		lv.fair = map[line]*fairLine{}
 		lv.unsureUntil = now.Add(c.o.PolicyLag)
 	}
+	c.listed = make(map[types.UID]*buildlockv1.BuildLock, len(items))
+	for i := range items {
+		c.listed[items[i].UID] = &items[i]
+	}
 	seen := map[types.UID]bool{}
 	for i := range items {
 		bl := &items[i]
@@ -67,7 +71,7 @@ func (c *Checker) RelistClaims(items []buildlockv1.BuildLock, rv string) {
 		cv.deleted = true
 		delete(c.lock(cv.lock).held, cv.uid)
 	}
-	c.relisting = false
+	c.relisting, c.listed = false, nil
 	for _, check := range c.deferred {
 		check()
 	}

@@ -70,6 +70,8 @@ type lineRecord struct {
 	Since    time.Time `json:"since,omitzero"`
 	// OwnerCI: the owner is a CI identity (arbiter.LineRecord.OwnerCI).
 	OwnerCI bool `json:"ownerCI,omitempty"`
+	// Token: the grant's fencing token (arbiter.LineRecord.Token).
+	Token int64 `json:"token,omitempty"`
 }
 
 // endingRecord is how Grant.Ended is written in endedAnnotation.
@@ -172,7 +174,7 @@ func setGrantAnnotations(lease *coordinationv1.Lease, grant arbiter.Grant) error
 		records := make([]lineRecord, len(grant.Lines))
 		for i, r := range grant.Lines {
 			records[i] = lineRecord{Repo: r.Repo, Branch: r.Branch, Workflow: r.Workflow, Build: r.Build, HeldAt: r.HeldAt.UTC(),
-				Owner: r.Owner, OwnerCI: r.OwnerCI, Since: r.Since.UTC()}
+				Owner: r.Owner, OwnerCI: r.OwnerCI, Since: r.Since.UTC(), Token: r.Token}
 		}
 		s, err := encodeUnescaped(records)
 		if err != nil {
@@ -243,7 +245,7 @@ func FromLease(lease *coordinationv1.Lease) arbiter.Grant {
 	if s := lease.Annotations[linesAnnotation]; s != "" && json.Unmarshal([]byte(s), &records) == nil {
 		for _, r := range records {
 			g.Lines = append(g.Lines, arbiter.LineRecord{Repo: r.Repo, Branch: r.Branch, Workflow: r.Workflow, Build: r.Build,
-				HeldAt: r.HeldAt, Owner: r.Owner, OwnerCI: r.OwnerCI, Since: r.Since})
+				HeldAt: r.HeldAt, Owner: r.Owner, OwnerCI: r.OwnerCI, Since: r.Since, Token: r.Token})
 		}
 	}
 	var entries []buildlockv1.AuditEntry
