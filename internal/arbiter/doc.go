@@ -167,7 +167,9 @@
 //     its token (RepairHolder), the record is that hold again, with its
 //     claim's token, acquire time and Writer: the same hold, not LockLost.
 //     A record that names a claim shown Held takes that claim's token and
-//     acquire time (RepairToken; an edited-up token stays as the Floor); one
+//     acquire time (RepairToken; an edited-up token stays as the Floor),
+//     unless it is a later grant to that claim (a higher token, acquired
+//     after the time its status shows), which stands; one
 //     that names a claim not shown Held yet (granted, its status not
 //     written) with a token not above every other claim's, or below its
 //     Floor, takes the next token above them (RepairToken). A record's

@@ -313,13 +313,21 @@ func grantedClaim(claims []Claim, g Grant) (int, Grant) {
 	}
 	for i, c := range claims {
 		if g.Holder != "" && !c.Phase.IsTerminal() && c.Name == g.Holder && c.UID == g.HolderUID {
-			if c.Phase == Held && !c.AcquiredAt.IsZero() && c.FencingToken > 0 && c.FencingToken >= maxTokenBut(claims, i) {
+			if c.Phase == Held && !c.AcquiredAt.IsZero() && c.FencingToken > 0 && c.FencingToken >= maxTokenBut(claims, i) &&
+				!laterGrantTo(c, g) {
 				g.AcquiredAt = c.AcquiredAt
 			}
 			return i, g
 		}
 	}
 	return -1, g
+}
+
+// laterGrantTo reports whether record g is a later grant to claim c than
+// the one c's Held status shows (a higher token, acquired later): rule 11
+// keeps it.
+func laterGrantTo(c Claim, g Grant) bool {
+	return c.FencingToken > 0 && g.Token > c.FencingToken && !c.AcquiredAt.IsZero() && g.AcquiredAt.After(c.AcquiredAt)
 }
 
 // holdIsLive is rule 2 restated independently: does the granted claim keep
@@ -638,7 +646,8 @@ func checkInvariants(in input, d Decision) error {
 			!d.Grant.AcquiredAt.Equal(restored.AcquiredAt) {
 			fail("live holder %s pre-empted, or its grant not its own: %v", h.Name, d)
 		}
-		if h.Phase == Held && h.FencingToken > 0 && d.Grant.Token != h.FencingToken && h.FencingToken >= maxTokenBut(in.claims, granted) {
+		if h.Phase == Held && h.FencingToken > 0 && d.Grant.Token != h.FencingToken && h.FencingToken >= maxTokenBut(in.claims, granted) &&
+			!laterGrantTo(h, in.grant) {
 			fail("holder %s shown Held with token %d, its grant has %d", h.Name, h.FencingToken, d.Grant.Token)
 		}
 	}

@@ -61,8 +61,19 @@ func (d *decider) restoreRecord(g Grant) (Grant, string) {
 	if holder == none {
 		return g, ""
 	}
+	return d.restoreNamed(g, holder)
+}
+
+// restoreNamed applies rule 11 to record g, which names claim holder: its
+// token, acquire time and writer are that claim's hold's.
+func (d *decider) restoreNamed(g Grant, holder int) (Grant, string) {
 	c, out, repair := d.claims[holder], g, ""
 	switch others := d.highestTokenBut(holder); {
+	case c.Phase == Held && regranted(c, g):
+		// A later grant to the same claim (a person freed the record, and
+		// the claim, still waiting in some cache, was granted again): its
+		// Held status shows the earlier grant until this decision writes
+		// it. The higher token stays; lowering it would send a token back.
 	case c.Phase == Held && c.FencingToken > 0 && c.FencingToken >= others &&
 		(c.FencingToken != g.Token || (!c.AcquiredAt.IsZero() && !c.AcquiredAt.Equal(g.AcquiredAt))):
 		// The holder's status shows its hold: the record's token and acquire
@@ -83,6 +94,13 @@ func (d *decider) restoreRecord(g Grant) (Grant, string) {
 		repair = cmp.Or(repair, RepairWriter)
 	}
 	return out, repair
+}
+
+// regranted reports whether record g, which names claim c shown Held, is
+// a later grant to c than the one c's status shows: a higher token,
+// acquired after c's acquire time.
+func regranted(c *Claim, g Grant) bool {
+	return c.FencingToken > 0 && g.Token > c.FencingToken && !c.AcquiredAt.IsZero() && g.AcquiredAt.After(c.AcquiredAt)
 }
 
 // shownHold returns the claim whose status shows the lock's latest hold: a

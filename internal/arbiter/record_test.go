@@ -89,6 +89,11 @@ func TestALostOrEditedRecordIsRestored(t *testing.T) {
 			want:   map[string]string{"web-5": "Held Acquired"},
 			holder: "web-5", grantChanged: true, token: 7,
 		},
+		"a later grant to the holder, its status not written yet, keeps its token": {
+			claims: []Claim{holder}, grant: Grant{Holder: "web-5", HolderUID: "uid-web-5", Token: 8, AcquiredAt: at(50), Writer: holder.Writer},
+			want:   map[string]string{"web-5": "Held Acquired"},
+			holder: "web-5", token: 8,
+		},
 		"a new holder's record whose token was lowered before its status was written is raised": {
 			claims: []Claim{inPhase(heldSince(web5, 7, 30), Released), waiter},
 			grant:  Grant{Holder: "shop-42", HolderUID: "uid-shop-42", Token: 2, AcquiredAt: at(55), Floor: 8, Writer: waiter.Writer},
