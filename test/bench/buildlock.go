@@ -298,7 +298,9 @@ func (b *bench) blScale(targets, contenders int) (scaleResult, string, error) {
 	o0, rec0, cpu0 := b.ops.snapshot(), reconciles(), cpuSeconds()
 	t0 := time.Now()
 	profiled := make(chan string, 1)
-	go func() { profiled <- b.apiserverProfile("apiserver-scale", "the first 8s of the scale run", 8*time.Second) }()
+	go func() {
+		profiled <- b.apiserverProfile("apiserver-scale", "the first 8s of the scale run", 8*time.Second)
+	}()
 	err = parallel(targets*contenders, func(i int) error {
 		t, k := i/contenders, i%contenders
 		return b.blc.Create(ctx, blClaim(ns, fmt.Sprintf("t%d-%d", t, k), fmt.Sprintf("t%d", t), fmt.Sprintf("acme/line-%d", k), 1, ""))
