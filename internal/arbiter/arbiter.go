@@ -105,10 +105,14 @@ func Decide(lock Lock, claims []Claim, grant Grant, now time.Time, policy Policy
 // their index in claims, which is sorted by identity so that nothing depends
 // on the input order.
 type decider struct {
-	lock   Lock
-	grant  Grant
-	now    time.Time
-	policy Policy
+	lock  Lock
+	grant Grant
+	// reserved is the input record's Reserved (restoreRecord drops it; the
+	// decision's Grant keeps it): what a new token is above besides
+	// maxToken's other sources.
+	reserved int64
+	now      time.Time
+	policy   Policy
 
 	claims   []*Claim  // the input claims, sorted by identity (read, never written)
 	verdicts []Verdict // verdicts[i] is for claims[i]; Phase "" until decided.
@@ -161,6 +165,7 @@ func newDecider(lock Lock, claims []Claim, grant Grant, now time.Time, policy Po
 		newHolder:     none,
 	}
 	d.grant, d.repair = d.restoreRecord(grant)
+	d.reserved = grant.Reserved
 	for i, c := range d.claims {
 		from := c.Phase
 		if from == "" {
@@ -742,6 +747,7 @@ func (d *decider) decision() Decision {
 	if len(d.queue) > 0 {
 		out.Waiting = d.claims[d.queue[0]].Name
 	}
+	out.Grant.Reserved = d.reserved
 	d.completeVerdicts(&out)
 	out.Verdicts = d.writeOrder()
 	return out
@@ -810,9 +816,9 @@ func (d *decider) endedHold() Ending {
 }
 
 // maxToken is the highest fencing token known (rule 6): the record's, its
-// floor, and every claim's.
+// floor, the input's reservation, and every claim's.
 func (d *decider) maxToken() int64 {
-	highest := max(d.grant.Token, d.grant.Floor)
+	highest := max(d.grant.Token, d.grant.Floor, d.reserved)
 	for _, c := range d.claims {
 		highest = max(highest, c.FencingToken)
 	}

@@ -109,6 +109,9 @@ func (g Grant) String() string {
 	if g.Floor != 0 {
 		fmt.Fprintf(&b, " floor=%d", g.Floor)
 	}
+	if g.Reserved != 0 {
+		fmt.Fprintf(&b, " reserved=%d", g.Reserved)
+	}
 	if len(g.Lines) > 0 {
 		b.WriteString(" lines=[")
 		for k, r := range g.Lines {

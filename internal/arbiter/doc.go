@@ -124,9 +124,10 @@
 //     Superseded (SupersededByNewerBuild) by it; with Queue and Fifo all the
 //     others wait (Waiting, Queued) with their places. The grant's fencing
 //     token is one above the highest known: the grant's and every input
-//     claim's, terminal ones included, and the grant's Floor (what the
-//     operator knows was issued besides), so that a token is never reused
-//     even if the grant record was lost. A freed lock keeps that highest
+//     claim's, terminal ones included, the grant's Floor (what the
+//     operator knows was issued besides) and its Reserved (the bound the
+//     namespace's token floor keeps of every token issued there), so that
+//     a token is never reused even if the grant record was lost. A freed lock keeps that highest
 //     token as its floor. The grant records the granted build in Lines
 //     (with the new holder's Identity as its Owner; a rollback's build
 //     replaces its line's record, whatever it was, and sets its Since), how

@@ -234,6 +234,10 @@ func genInput(ch chooser) input {
 			in.grant.Lines[k].Token = int64(1 + ch.intn(8))
 		}
 	}
+	// The namespace's reservation, read when the record is absent.
+	if in.grant.Absent && ch.intn(2) == 1 {
+		in.grant.Reserved = int64(ch.intn(40))
+	}
 	return in
 }
 
@@ -435,8 +439,7 @@ func remembered(g Grant, claims []Claim, c Claim, now time.Time, p Policy) (int6
 		if !ofLine(r) || !after(r) {
 			continue
 		}
-		if best == nil || r.Build > best.Build || r.Build == best.Build &&
-			(r.HeldAt.After(best.HeldAt) || r.HeldAt.Equal(best.HeldAt) && laterAtOneInstant(r, *best)) {
+		if best == nil || r.Build > best.Build || r.Build == best.Build && laterGrantOfBuild(r, *best) {
 			best = &records[k]
 		}
 	}
@@ -458,6 +461,16 @@ func namedToken(claims []Claim, i int, g Grant) int64 {
 		return max(g.Floor, others+1)
 	}
 	return g.Token
+}
+
+// laterGrantOfBuild reports whether record r, of the build old is of,
+// was granted after it: by token where both have one, else by time, and at
+// one instant by owner.
+func laterGrantOfBuild(r, old LineRecord) bool {
+	if r.Token > 0 && old.Token > 0 && r.Token != old.Token {
+		return r.Token > old.Token
+	}
+	return r.HeldAt.After(old.HeldAt) || r.HeldAt.Equal(old.HeldAt) && laterAtOneInstant(r, old)
 }
 
 // laterAtOneInstant reports whether record r, granted at the instant old
@@ -516,7 +529,7 @@ func checkInvariants(in input, d Decision) error {
 		byName[v.Name] = v
 	}
 	granted, restored := grantedClaim(in.claims, in.grant)
-	maxToken := max(in.grant.Token, in.grant.Floor)
+	maxToken := max(in.grant.Token, in.grant.Floor, in.grant.Reserved)
 	var heldNames, waitingNames []string
 	for i, c := range in.claims {
 		maxToken = max(maxToken, c.FencingToken)

@@ -266,18 +266,20 @@ func afterRollback(r *LineRecord, since lastRollback, now time.Time) bool {
 }
 
 // higher reports whether record r of a line beats old, of the same line:
-// a higher build, or the same build granted later (a re-run; at one
-// instant, with the higher token); records of one build granted at one
-// instant without tokens tie-break on their owner, so that the order they
-// come in does not matter.
+// a higher build, or the same build granted later (a re-run): with the
+// higher token where both have one (tokens order grants; acquire times
+// come from the granting manager's clock, which may be skewed), else
+// later; records of one build granted at one instant without tokens
+// tie-break on their owner, so that the order they come in does not
+// matter.
 func higher(old, r *LineRecord) bool {
 	switch {
 	case r.Build != old.Build:
 		return r.Build > old.Build
-	case !r.HeldAt.Equal(old.HeldAt):
-		return r.HeldAt.After(old.HeldAt)
 	case r.Token > 0 && old.Token > 0 && r.Token != old.Token:
 		return r.Token > old.Token
+	case !r.HeldAt.Equal(old.HeldAt):
+		return r.HeldAt.After(old.HeldAt)
 	}
 	return r.Owner > old.Owner
 }

@@ -52,6 +52,16 @@ func TestALostOrEditedRecordIsRestored(t *testing.T) {
 			want:   map[string]string{"web-6": "Held Acquired"},
 			holder: "web-6", grantChanged: true, token: 4,
 		},
+		"a deleted record of a live hold below the namespace's reservation is the same hold": {
+			claims: []Claim{holder, waiter}, grant: Grant{Absent: true, Reserved: 107},
+			want:   map[string]string{"web-5": "Held Acquired", "shop-42": "Waiting WaitingForHolder"},
+			holder: "web-5", waiting: "shop-42", grantChanged: true, token: 7,
+		},
+		"a deleted record with no claim that shows it: the next token is above the reservation": {
+			claims: []Claim{claim("web-6", web, 6, 50)}, grant: Grant{Absent: true, Floor: 3, Reserved: 121},
+			want:   map[string]string{"web-6": "Held Acquired"},
+			holder: "web-6", grantChanged: true, token: 122,
+		},
 		"a record edited to name the waiter names the holder again": {
 			claims: []Claim{holder, waiter}, grant: Grant{Holder: "shop-42", HolderUID: "uid-shop-42", Token: 7, AcquiredAt: at(30)},
 			want:   map[string]string{"web-5": "Held Acquired", "shop-42": "Waiting WaitingForHolder"},

@@ -275,9 +275,9 @@ type Writer struct {
 // and how the last hold this arbiter ended ended. A zero Holder means the
 // lock is free; Token then keeps the last token issued.
 //
-// Absent and Floor describe the input record, not the record itself: a
-// decision's Grant keeps the input's Floor, and is Absent only when there
-// was no record and the decision writes none.
+// Absent, Floor and Reserved describe the input record, not the record
+// itself: a decision's Grant keeps the input's Floor and Reserved, and is Absent only
+// when there was no record and the decision writes none.
 type Grant struct {
 	Holder     string
 	HolderUID  string
@@ -314,6 +314,13 @@ type Grant struct {
 	// grant's token is above it too, so that a deleted or edited record
 	// never makes a token repeat.
 	Floor int64
+	// Reserved bounds every token that may have been issued for the lock,
+	// besides Token, Floor and the claims' (the namespace's token floor,
+	// which the operator raises before it issues a token above it): a new
+	// token is above it. Unlike Floor it says nothing of which hold is the
+	// latest: a claim shown Held below it may still hold (its record was
+	// deleted, and it is restored with its token).
+	Reserved int64
 }
 
 // LineRecord says that build Build of the line Repo@Branch (of Workflow)
@@ -445,8 +452,8 @@ type Ending struct {
 	At     time.Time
 }
 
-// Equal reports whether two grant records are the same (Absent and Floor
-// describe an input, and are not compared).
+// Equal reports whether two grant records are the same (Absent, Floor and
+// Reserved describe an input, and are not compared).
 func (g Grant) Equal(o Grant) bool {
 	return g.Holder == o.Holder && g.HolderUID == o.HolderUID && g.Token == o.Token &&
 		g.AcquiredAt.Equal(o.AcquiredAt) && g.Ended.equal(o.Ended) && g.Writer == o.Writer &&

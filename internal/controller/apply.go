@@ -19,6 +19,9 @@ import (
 type granter struct {
 	// client writes the Lease.
 	client client.Client
+	// live reads the namespace's token floor before a grant above it
+	// (grant.Reserve).
+	live client.Reader
 	// memory is what this manager remembers of the Leases.
 	memory *grant.Memory
 	// decider decides again, on live reads, when a write lost a race.
@@ -51,6 +54,9 @@ func (g granter) apply(ctx context.Context, lock arbiter.Lock, obs observation, 
 		}
 	}
 	if !grant.Current(lock, lease, d.Grant, obs.policy.Enforce) {
+		if err := g.reserve(ctx, lock, d.Grant); err != nil {
+			return obs, d, err
+		}
 		if _, err := grant.Write(ctx, g.client, g.memory, lock, lease, d.Grant, obs.policy.Enforce, now); err != nil {
 			return obs, d, err
 		}
@@ -62,6 +68,9 @@ func (g granter) apply(ctx context.Context, lock arbiter.Lock, obs observation, 
 // writeChange writes the grant of d, which changes it, and returns the
 // observation and decision that stand and the Lease after the write.
 func (g granter) writeChange(ctx context.Context, lock arbiter.Lock, obs observation, d arbiter.Decision, now time.Time) (observation, arbiter.Decision, *coordinationv1.Lease, error) {
+	if err := g.reserve(ctx, lock, d.Grant); err != nil {
+		return obs, d, nil, err
+	}
 	lease, err := grant.Write(ctx, g.client, g.memory, lock, obs.lease, d.Grant, obs.policy.Enforce, now)
 	if lostRace(err) {
 		if obs, d, err = g.decider.decideLive(ctx, lock, obs, now); err != nil || obs.foreign != nil {
@@ -69,6 +78,9 @@ func (g granter) writeChange(ctx context.Context, lock arbiter.Lock, obs observa
 		}
 		lease = obs.lease
 		if d.GrantChanged {
+			if err := g.reserve(ctx, lock, d.Grant); err != nil {
+				return obs, d, nil, err
+			}
 			lease, err = grant.Write(ctx, g.client, g.memory, lock, obs.lease, d.Grant, obs.policy.Enforce, now)
 		}
 	}
@@ -82,6 +94,15 @@ func (g granter) writeChange(ctx context.Context, lock arbiter.Lock, obs observa
 		}
 	}
 	return obs, d, lease, err
+}
+
+// reserve makes the namespace's token floor hold the token of grant before
+// the Lease carries it (grant.Reserve).
+func (g granter) reserve(ctx context.Context, lock arbiter.Lock, gr arbiter.Grant) error {
+	if err := grant.Reserve(ctx, g.client, g.live, g.memory, lock.Namespace, gr.Token); err != nil {
+		return fmt.Errorf("reserving token %d of lock %s/%s: %w", gr.Token, lock.Namespace, lock.Target, err)
+	}
+	return nil
 }
 
 // rememberTokens remembers the highest token the lock shows: its Lease's,

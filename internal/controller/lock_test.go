@@ -215,9 +215,13 @@ var _ = Describe("The lock controller", Ordered, func() {
 	It("keeps two targets apart", func() {
 		createClaim(ns, "shop-staging", claimOpts{target: "staging", repo: "acme/shop", build: 1, pod: "p1"})
 		createClaim(ns, "shop-prod", claimOpts{target: "production", repo: "acme/shop", build: 1, pod: "p2"})
-		expectPhase(ns, "shop-staging", buildlockv1.PhaseHeld)
-		expectPhase(ns, "shop-prod", buildlockv1.PhaseHeld)
-		Expect(getClaim(Default, ns, "shop-prod").Status.FencingToken).To(Equal(int64(1)))
+		staging := expectPhase(ns, "shop-staging", buildlockv1.PhaseHeld)
+		prod := expectPhase(ns, "shop-prod", buildlockv1.PhaseHeld)
+		// Each target has its own Lease and tokens; the second Lease of the
+		// namespace starts above the namespace's token floor.
+		Expect(staging.Status.FencingToken).NotTo(Equal(prod.Status.FencingToken))
+		expectGrant(ns, "staging", staging, int32(staging.Status.FencingToken))
+		expectGrant(ns, "production", prod, int32(prod.Status.FencingToken))
 	})
 
 	It("re-decides when its grant write loses a race with the Lease changed behind its back", func() {

@@ -172,8 +172,9 @@ func (o observer) leaseAndPods(ctx context.Context, reader client.Reader, lock a
 			// read sees it: the cache holds buildlock's alone).
 			obs.foreign, obs.lease = obs.lease, nil
 		case obs.lease == nil:
-			// A lock without a Lease issues tokens above the floor that
-			// the namespace's deleted Leases left.
+			// A lock without a Lease issues tokens above the namespace's
+			// token floor, which holds every token issued there
+			// (grant.Reserve).
 			obs.floor, _, leaseErr = grant.ReadTokenFloor(ctx, o.apiReader, lock.Namespace)
 		}
 	})
@@ -302,15 +303,16 @@ func verifiedRequester(bl *buildlockv1.BuildLock, verifiedSince time.Time) (iden
 }
 
 // arbiterInputs converts an observation into the arbiter's plain inputs;
-// remembered is the highest token this manager has seen for the lock, which
-// with the namespace's floor makes the grant's Floor.
+// remembered is the highest token this manager has seen for the lock (the
+// grant's Floor); the namespace's token floor, read when the Lease is
+// missing, bounds every token issued there (the grant's Reserved).
 func arbiterInputs(obs observation, remembered int64) ([]arbiter.Claim, arbiter.Grant) {
 	claims := make([]arbiter.Claim, 0, len(obs.claims))
 	for i := range obs.claims {
 		claims = append(claims, toArbiterClaim(&obs.claims[i], obs.pods, obs.verifiedSince))
 	}
 	g := grant.FromLease(obs.lease)
-	g.Floor = max(obs.floor, remembered)
+	g.Floor, g.Reserved = remembered, obs.floor
 	return claims, g
 }
 

@@ -111,7 +111,7 @@ func setupControllers(mgr ctrl.Manager, o Options) error {
 		clock:    o.Clock,
 		observer: obs,
 		decider:  dec,
-		granter:  granter{client: mgr.GetClient(), memory: memory, decider: dec, metrics: metrics},
+		granter:  granter{client: mgr.GetClient(), live: mgr.GetAPIReader(), memory: memory, decider: dec, metrics: metrics},
 		statuses: statusWriter{client: mgr.GetClient(), recorder: mgr.GetEventRecorder("buildlock"), metrics: metrics},
 		metrics:  metrics,
 	}

@@ -190,6 +190,13 @@ type CheckerStats struct {
 	// residual, once the holder of that token has ended: bug 8 of
 	// docs/reliability.md).
 	FollowedEdits int
+	// Regrants counts the operator versions that granted the holder again,
+	// with a later token, after a person's edit of the Lease.
+	Regrants int
+	// TokensRestarted counts grants whose token was not above the lock's
+	// highest because people had deleted both its Lease and the
+	// namespace's floor (the residual of docs/api.md).
+	TokensRestarted int
 	// FloorDeletes counts token floors people deleted.
 	FloorDeletes int
 	// DeletingEnded counts claims that ended while being deleted (a
@@ -253,6 +260,8 @@ type Checker struct {
 	names      map[string]types.UID // ns/name → latest UID
 	locks      map[LockKey]*lockView
 	floors     map[string]int64 // namespace → the highest token floor seen
+	// floorDeletes counts, per namespace, the token floors people deleted.
+	floorDeletes map[string]int
 	namespaces map[string]*namespaceView
 	history    []Entry
 	violations []Violation
@@ -370,6 +379,12 @@ type lockView struct {
 	personHolder string
 	personToken  int64
 	follows      []follow
+	// personEdited: a person wrote the Lease since the operator's last
+	// version; personDeleted: a person deleted it since then.
+	personEdited, personDeleted bool
+	// floorDeletesSeen is the namespace's floorDeletes at the operator's
+	// last version of the Lease.
+	floorDeletesSeen int
 	// repair is a person's edit or deletion of the grant Lease that no
 	// operator version has followed yet.
 	repair *repairDue
@@ -392,7 +407,7 @@ type lockView struct {
 func NewChecker(ledger *Ledger, o CheckerOptions) *Checker {
 	return &Checker{
 		ledger: ledger, o: o,
-		claims: map[types.UID]*claimView{}, names: map[string]types.UID{}, locks: map[LockKey]*lockView{}, floors: map[string]int64{},
+		claims: map[types.UID]*claimView{}, names: map[string]types.UID{}, locks: map[LockKey]*lockView{}, floors: map[string]int64{}, floorDeletes: map[string]int{},
 		namespaces: map[string]*namespaceView{},
 		stats:      CheckerStats{Phases: map[string]int{}, Relists: map[string]int{}},
 	}
@@ -781,6 +796,11 @@ func (c *Checker) checkHeld(e Entry, lv *lockView, cv, prev *claimView, from, to
 		c.checkNoRollback(e, lv, cv)
 		c.checkQueueOrder(e, lv, cv, prev, now)
 		c.countHandOff(e, lv, cv, prev, now)
+	case to == buildlockv1.PhaseHeld && token > lv.lastHeldToken && lv.granted(cv, token):
+		// Granted again with a later token, after a person freed the
+		// Lease (judgeTokens): a new hold of the same claim.
+		lv.lastHeldToken = token
+		cv.heldTokens = append(cv.heldTokens, token)
 	case to == buildlockv1.PhaseHeld && token != prev.status.FencingToken:
 		c.violate(e, "fencing-token-increases", "%s kept holding but its fencing token changed %d → %d", cv.name, prev.status.FencingToken, token)
 	}
@@ -1068,8 +1088,12 @@ func (c *Checker) observeLease(typ watch.EventType, l *coordinationv1.Lease) {
 		c.notePersonEdit(e, lv, l)
 		return
 	}
+	edited := lv.personEdited
+	lv.personEdited = false
 	c.noteRepaired(lv)
-	c.judgeTokens(e, lv, l, holder, token)
+	c.judgeReserved(e, l, token)
+	c.judgeTokens(e, lv, l, holder, token, edited)
+	lv.personDeleted, lv.floorDeletesSeen = false, c.floorDeletes[l.Namespace]
 	c.checkWriter(e, l, holder)
 	c.noteMemory(e, lv, l)
 	lv.leaseSeen, lv.leaseDeleted, lv.leaseHolder, lv.leaseToken = true, false, holder, token
@@ -1081,14 +1105,22 @@ func (c *Checker) observeLease(typ watch.EventType, l *coordinationv1.Lease) {
 // judgeTokens judges a version of the grant Lease the operator wrote
 // against the grants before it: a new holder comes with a token above every
 // token so far, or names the latest grant's holder again (a restore); a
-// holder keeps its token; a freed Lease keeps its token floor.
-func (c *Checker) judgeTokens(e Entry, lv *lockView, l *coordinationv1.Lease, holder string, token int64) {
+// holder keeps its token; a freed Lease keeps its token floor. After a
+// person's edit (edited), a version naming the holder again with a token
+// above every token so far is a new grant to it: a stale cache showed the
+// holder still waiting when the edit freed the Lease, and the operator
+// granted it again (its later token stands: lowering it would send a token
+// back).
+func (c *Checker) judgeTokens(e Entry, lv *lockView, l *coordinationv1.Lease, holder string, token int64, edited bool) {
 	switch {
 	case lv.namesLatestGrantAgain(holder, token):
 		c.noteRestore(e, lv, l, holder)
 	case lv.followsPerson(holder, token):
 		c.noteFollowed(e, lv, l, holder, token)
 	case holder != "" && (!lv.leaseSeen || lv.leaseDeleted || holder != lv.leaseHolder):
+		c.noteGrant(e, lv, l, holder, token)
+	case holder != "" && edited && token > lv.leaseMaxToken:
+		c.stats.Regrants++
 		c.noteGrant(e, lv, l, holder, token)
 	case holder != "" && token != lv.leaseToken:
 		c.violate(e, "fencing-token-increases", "the Lease kept holder %s but its token changed %d → %d", holder, lv.leaseToken, token)
@@ -1104,6 +1136,26 @@ func (c *Checker) judgeTokens(e Entry, lv *lockView, l *coordinationv1.Lease, ho
 // written away from it.
 func (lv *lockView) namesLatestGrantAgain(holder string, token int64) bool {
 	return holder != "" && holder == lv.lastGrantHolder && token == lv.lastGrantToken && (lv.leaseDeleted || holder != lv.leaseHolder)
+}
+
+// bothRecordsDeleted reports whether, since the operator's last version
+// of the Lease, a person deleted it and a person deleted the namespace's
+// token floor (floorDeletes of them so far).
+func (lv *lockView) bothRecordsDeleted(floorDeletes int) bool {
+	return lv.personDeleted && floorDeletes > lv.floorDeletesSeen
+}
+
+// judgeReserved: every token the operator writes into a grant Lease is
+// one the namespace's token floor already holds (the operator raises the
+// floor ahead of its grants), so that a lock left without its Lease
+// starts above every token it issued. The floor's versions and the grant
+// Lease's come in etcd's order on one watch; the highest floor seen counts
+// (people only delete floors, and the operator restores them).
+func (c *Checker) judgeReserved(e Entry, l *coordinationv1.Lease, token int64) {
+	if token > c.floors[l.Namespace] {
+		c.violate(e, "tokens-reserved", "the grant Lease %s carries token %d above the token floor of %s (%d): a lock left without its Lease could issue it again",
+			l.Name, token, l.Namespace, c.floors[l.Namespace])
+	}
 }
 
 // followsPerson reports whether a version naming holder with token grants
@@ -1128,6 +1180,7 @@ func (c *Checker) observeFloor(typ watch.EventType, l *coordinationv1.Lease, tok
 	}
 	if c.ledger.PersonDeletedLease(l.UID) {
 		c.stats.FloorDeletes++
+		c.floorDeletes[l.Namespace]++
 		return
 	}
 	c.violate(e, "grant-record-kept", "the token floor of %s (%d) was deleted by nobody who may", l.Namespace, token)
@@ -1137,7 +1190,15 @@ func (c *Checker) observeFloor(typ watch.EventType, l *coordinationv1.Lease, tok
 // must be above every token so far; the grant record remembers the granted
 // build from now on, even if its Held status is never written.
 func (c *Checker) noteGrant(e Entry, lv *lockView, l *coordinationv1.Lease, holder string, token int64) {
-	if token <= lv.leaseMaxToken {
+	switch {
+	case token <= lv.leaseMaxToken && lv.bothRecordsDeleted(c.floorDeletes[l.Namespace]):
+		// The documented residual: people deleted the grant Lease and the
+		// namespace's floor, and the claims that showed the lock's tokens
+		// went, before an operator wrote them again: the lock's tokens
+		// start again from here.
+		c.stats.TokensRestarted++
+		lv.leaseMaxToken, lv.lastHeldToken = 0, 0
+	case token <= lv.leaseMaxToken:
 		c.violate(e, "fencing-token-increases", "the Lease was granted to %s with token %d, not above the highest so far, %d", holder, token, lv.leaseMaxToken)
 	}
 	if e.Type == Relisted && token > lv.leaseMaxToken+1 {
@@ -1151,6 +1212,13 @@ func (c *Checker) noteGrant(e Entry, lv *lockView, l *coordinationv1.Lease, hold
 			c.rememberHeld(lv, cv, acquired)
 		}
 	}
+}
+
+// granted reports whether an operator version of the Lease granted claim
+// cv token.
+func (lv *lockView) granted(cv *claimView, token int64) bool {
+	_, ok := lv.grants[holderIdentityToken(holderIdentity(cv.name, cv.uid), token)]
+	return ok
 }
 
 // recordGrant records that version l of lock lv's Lease granted holder

@@ -40,6 +40,12 @@ type history struct {
 	claims map[string]*buildlockv1.BuildLock
 	lease  *coordinationv1.Lease
 	policy *buildlockv1.BuildLockPolicy
+	// floor is the namespace's token floor, which grant raises ahead of
+	// the tokens it writes, as the operator does (nil: none yet).
+	floor *coordinationv1.Lease
+	// unreserved: grant writes no floor (an operator that does not
+	// reserve).
+	unreserved bool
 }
 
 func newHistory(t *testing.T) *history {
@@ -98,6 +104,7 @@ func (h *history) status(name string, phase buildlockv1.Phase, reason string, to
 
 // grant: somebody writes the Lease.
 func (h *history) grant(holder string, token int32) {
+	h.reserve(token)
 	if h.lease == nil {
 		h.lease = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: LeasePrefix + "env-0", CreationTimestamp: metav1.NewTime(h.now),
 			UID: types.UID(fmt.Sprintf("lease-%d", h.rv)), Labels: map[string]string{ManagedByLabel: ManagedByValue}}}
@@ -112,6 +119,32 @@ func (h *history) grant(holder string, token int32) {
 	h.lease.Spec.RenewTime = &metav1.MicroTime{Time: h.now}
 	h.lease.Spec.LeaseTransitions = ptr.To(token)
 	h.c.ObserveLease(watch.Modified, h.lease.DeepCopy())
+}
+
+// reserve: the operator raises the namespace's token floor to token+99
+// before it writes token, unless the floor holds it.
+func (h *history) reserve(token int32) {
+	if h.unreserved || h.floor != nil && *h.floor.Spec.LeaseTransitions >= token {
+		return
+	}
+	typ := watch.Modified
+	if h.floor == nil {
+		typ = watch.Added
+		h.floor = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: TokenFloorLease, UID: types.UID(fmt.Sprintf("floor-%d", h.rv)),
+			Labels: map[string]string{ManagedByLabel: ManagedByValue}}}
+	}
+	h.floor.ResourceVersion = h.nextRV()
+	h.floor.Spec.LeaseTransitions = ptr.To(token + 99)
+	h.c.ObserveLease(typ, h.floor.DeepCopy())
+}
+
+// personDeletesFloor: a person deletes the namespace's token floor.
+func (h *history) personDeletesFloor() {
+	l := h.floor.DeepCopy()
+	l.ResourceVersion = h.nextRV()
+	h.ledger.PersonDeletesLease(l)
+	h.c.ObserveLease(watch.Deleted, l)
+	h.floor = nil
 }
 
 // remember: the operator writes the Lease's line memory: build of repo's
@@ -442,6 +475,34 @@ func TestCheckerAccepts(t *testing.T) {
 			h.grant("a", 3)
 			h.later(time.Minute)
 			h.c.CheckHoldDeadlines(h.now)
+		},
+		// Seen in CI's short run (seed 1): a person freed the Lease while
+		// the holder's Held status was still on its way to the cache that
+		// showed it waiting; the operator granted it again, with a later
+		// token and acquire time, which its status then shows.
+		"the holder granted again with a later token after a person freed the Lease": func(h *history) {
+			h.create("a", "acme/shop", 41, "pod-a")
+			h.hold("a", 3)
+			h.personEditsLease(func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = nil })
+			h.later(100 * time.Millisecond)
+			h.grant("a", 4)
+			h.status("a", buildlockv1.PhaseHeld, buildlockv1.ReasonAcquired, 4, "", func(s *buildlockv1.BuildLockStatus) {
+				s.AcquiredAt = &metav1.MicroTime{Time: h.now}
+			})
+		},
+		// The residual of docs/api.md: people delete the grant Lease and
+		// the namespace's floor, the holder's claim goes before an operator
+		// writes either again, and the managers restart (their memory of
+		// tokens gone): the lock's tokens restart.
+		"tokens restarting after people deleted both the grant Lease and the token floor": func(h *history) {
+			h.create("a", "acme/shop", 41, "pod-a")
+			h.create("b", "acme/web", 7, "pod-b")
+			h.hold("a", 22)
+			h.personDeletesLease()
+			h.personDeletesFloor()
+			h.deleteClaim("a", true)
+			h.grant("b", 1)
+			h.status("b", buildlockv1.PhaseHeld, buildlockv1.ReasonAcquired, 1, "")
 		},
 		// Seen in a short run: the operator raised the floor, a person
 		// deleted it, the operator deleted the idle Lease.
@@ -774,6 +835,43 @@ func TestCheckerReports(t *testing.T) {
 				h.status("b", buildlockv1.PhaseHeld, buildlockv1.ReasonAcquired, 1, "")
 			},
 			rules: []string{"fencing-token-increases", "fencing-token-increases"},
+		},
+		"a grant above the namespace's token floor (tokens not reserved)": {
+			history: func(h *history) {
+				h.unreserved = true
+				h.create("a", "acme/shop", 41, "pod-a")
+				h.hold("a", 1)
+			},
+			rules: []string{"tokens-reserved"},
+		},
+		"tokens restarting after a person deleted the token floor alone": {
+			history: func(h *history) {
+				h.create("a", "acme/shop", 41, "pod-a")
+				h.create("b", "acme/web", 7, "pod-b")
+				h.hold("a", 22)
+				h.personDeletesFloor()
+				h.deleteClaim("a", true)
+				h.grant("b", 1)
+			},
+			rules: []string{"fencing-token-increases"},
+		},
+		"the holder's token raised with no person's edit before it": {
+			history: func(h *history) {
+				h.create("a", "acme/shop", 41, "pod-a")
+				h.hold("a", 3)
+				h.later(100 * time.Millisecond)
+				h.grant("a", 4)
+			},
+			rules: []string{"fencing-token-increases"},
+		},
+		"the holder named again after a person's edit with a token below the highest": {
+			history: func(h *history) {
+				h.create("a", "acme/shop", 41, "pod-a")
+				h.hold("a", 3)
+				h.personEditsLease(func(l *coordinationv1.Lease) { l.Spec.LeaseTransitions = ptr.To(int32(50)) })
+				h.grant("a", 2)
+			},
+			rules: []string{"fencing-token-increases"},
 		},
 		"a person's edit naming the waiter followed while the holder still held": {
 			history: func(h *history) {
@@ -1249,11 +1347,12 @@ func TestCheckerReports(t *testing.T) {
 		},
 		"an idle grant Lease deleted before its token was kept in the floor": {
 			history: func(h *history) {
+				h.unreserved = true
 				h.grant("", 4)
 				h.later(2 * time.Hour)
 				h.c.ObserveLease(watch.Deleted, h.lease.DeepCopy())
 			},
-			rules: []string{"grant-record-kept"},
+			rules: []string{"tokens-reserved", "grant-record-kept"},
 		},
 		"a hold never recorded in the Lease": {
 			history: func(h *history) {

@@ -219,7 +219,8 @@ type faultSet struct {
 //   - rollback: the grant record forgets the builds of each line that held;
 //   - queue: locks whose policy says Queue are decided as NewestWins;
 //   - token-restart: a lock whose grant Lease is gone restarts its tokens
-//     (the arbiter gets neither the floor nor the claims' tokens);
+//     (the arbiter gets neither the floor, the namespace's reservation, nor
+//     the claims' tokens);
 //   - repair: the operator never writes again a Lease that a person
 //     deleted or edited (its writes of it fail).
 var breakNames = []string{"cas", "decide", "renew-clock", "rollback", "queue", "token-restart", "repair"}
@@ -381,7 +382,7 @@ func (fs *faultSet) decide(m *managerCtl) func(arbiter.Lock, []arbiter.Claim, ar
 			// BROKEN ON PURPOSE: a lock without its record forgets its
 			// tokens.
 			if g.Absent {
-				g.Floor = 0
+				g.Floor, g.Reserved = 0, 0
 				claims = slices.Clone(claims)
 				for i := range claims {
 					claims[i].FencingToken = 0

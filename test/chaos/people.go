@@ -81,6 +81,7 @@ type namespaceView struct {
 func (c *Checker) notePersonEdit(e Entry, lv *lockView, l *coordinationv1.Lease) {
 	c.stats.PersonLeaseEdits++
 	lv.personHolder, lv.personToken = e.identity, e.token
+	lv.personEdited = true
 	if lv.repair == nil {
 		lv.repair = &repairDue{e: e, what: "edited", since: c.realNow()}
 	}
@@ -92,6 +93,7 @@ func (c *Checker) notePersonEdit(e Entry, lv *lockView, l *coordinationv1.Lease)
 // memory it rebuilds comes from the claims that remain.
 func (c *Checker) notePersonDelete(e Entry, lv *lockView) {
 	c.stats.PersonLeaseDeletes++
+	lv.personDeleted = true
 	lv.forgetBefore = c.o.Now().Add(c.o.Tolerance)
 	if lv.repair == nil && c.liveClaims(e.Lock) > 0 {
 		lv.repair = &repairDue{e: e, what: "deleted", since: c.realNow()}

@@ -1,8 +1,8 @@
 // Package grant reads and writes a lock's grant record: the grant Lease
 // (api/v1alpha1 GrantLeaseName), which the lock reconciler writes as a
 // compare-and-swap on every grant, with what enforcement needs in the same
-// write; the namespace's token floor, which keeps the highest fencing token
-// of the grant Leases deleted there; and what a manager remembers of both
+// write; the namespace's token floor, which holds every fencing token issued
+// there (Reserve); and what a manager remembers of both
 // while it runs (Memory). The lock reconciler, the policy controller and the
 // garbage collections share it; it knows none of them.
 package grant
@@ -39,9 +39,11 @@ const (
 	TargetLabel = "buildlock.io/target"
 )
 
-// TokenFloorLease names the Lease, one per namespace, that keeps the highest
-// fencing token of the grant Leases deleted in that namespace: a Lease
-// created later issues tokens above it, so that a token never repeats. A
+// TokenFloorLease names the Lease, one per namespace, whose token is at
+// least every fencing token issued in that namespace (raised ahead of the
+// grants, Reserve, and to a Lease's token before the Lease is deleted): a
+// Lease created later issues tokens above it, so that a token never
+// repeats. A
 // target's name is a DNS label, so "buildlock-<target>" can never be this
 // name, which has a dot.
 const TokenFloorLease = "buildlock.token-floor"

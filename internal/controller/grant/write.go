@@ -8,6 +8,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -32,6 +33,38 @@ func Write(ctx context.Context, c client.Client, mem *Memory, lock arbiter.Lock,
 	}
 	mem.Wrote(lease)
 	return lease, nil
+}
+
+// ReservedTokens is how many tokens one raise of a namespace's token floor
+// reserves: a grant whose token is above the floor raises it to that token
+// plus ReservedTokens-1 first, so the namespace's leading lock writes the
+// floor once per ReservedTokens grants (and a new Lease, whose first token
+// is above the floor, once).
+const ReservedTokens = 100
+
+// Reserve makes the namespace's token floor at least token before a grant
+// Lease carries it. So every token a lock issues is at most its
+// namespace's floor, and a lock left without a record (a person deleted
+// its Lease, and the claims that showed its tokens went before any
+// manager wrote it again, with the managers restarting meanwhile: no
+// memory) starts above every token it issued. The floor is read live
+// (live) unless this manager has seen it hold token; the raise is a
+// compare-and-swap, retried on a lost race with another lock's raise.
+func Reserve(ctx context.Context, c client.Client, live client.Reader, mem *Memory, namespace string, token int64) error {
+	if token <= 0 || token <= mem.Floor(namespace) {
+		return nil
+	}
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		floor, read, err := ReadTokenFloor(ctx, live, namespace)
+		if err != nil {
+			return err
+		}
+		if token <= floor {
+			mem.Observe(read)
+			return nil
+		}
+		return RaiseTokenFloor(ctx, c, mem, namespace, read, floor, min(token+ReservedTokens-1, math.MaxInt32))
+	})
 }
 
 // RaiseTokenFloor makes the namespace's token floor at least token, as a
