@@ -193,6 +193,7 @@ func TestChaos(t *testing.T) {
 		h.check.o.OnLease = dep.observeLease // before the watches start
 	}
 	crowd := h.setupPeople(ctx, dep)
+	freezer := newWindowsActor(h, crowd)
 	b := <-toolsBuilt
 	if b.err != nil {
 		t.Fatal(b.err)
@@ -217,7 +218,7 @@ func TestChaos(t *testing.T) {
 			dep.run(depCtx)
 		}
 	}()
-	h.chaos(ctx, func(ctx context.Context) { crowd.run(ctx, 3*time.Second) }, ci.run)
+	h.chaos(ctx, func(ctx context.Context) { crowd.run(ctx, 3*time.Second) }, ci.run, freezer.run)
 	stopDeployer()
 	<-depDone
 	for _, f := range crowd.stop() {
@@ -232,7 +233,9 @@ func TestChaos(t *testing.T) {
 	}
 	h.figure("deployers (commands of the plugin's pipelines, pkg/lock jobs, the deployer's admitted writes): %s", h.check.CheckActivities(activities, *flagWindow))
 	phase("1 chaos", began)
+	h.check.CheckWindows()
 	if len(h.check.Violations()) > 0 {
+		h.figure("%s", freezer.figures())
 		h.stopAll()
 		h.barrier(ctx)
 		return // the report shows them; the later phases would add noise
@@ -259,6 +262,8 @@ func TestChaos(t *testing.T) {
 	h.check.CheckLeaseDeletions()
 	h.check.CheckRestores()
 	h.check.CheckForeignLeases()
+	h.check.CheckWindows()
+	h.figure("%s", freezer.figures())
 	h.figure("run: %s in total (chaos %s)", time.Since(begin).Round(time.Second), o.duration)
 }
 

@@ -274,6 +274,8 @@ type Checker struct {
 	// listed is, during a re-list of the claims, the list by UID: what a
 	// check of one item must know of another that comes later.
 	listed map[types.UID]*buildlockv1.BuildLock
+	// windows follows the deploy windows and the overrides (windows.go).
+	windows windowState
 }
 
 type claimView struct {
@@ -611,6 +613,7 @@ func (c *Checker) observeClaim(typ watch.EventType, bl *buildlockv1.BuildLock) {
 	}
 	c.claims[bl.UID] = cv
 	c.names[bl.Namespace+"/"+bl.Name] = bl.UID
+	c.noteClaimWindows(bl, now)
 
 	from := buildlockv1.PhasePending
 	if prev != nil {
@@ -977,6 +980,8 @@ func (c *Checker) checkReleased(e Entry, lv *lockView, cv *claimView, from build
 		}
 	case buildlockv1.ReasonLockLost:
 		c.checkLockLost(e, lv, cv, from, now)
+	case buildlockv1.ReasonFreezeStarted:
+		c.checkFreezeStarted(e, lv, cv, now)
 	case buildlockv1.ReasonDeleted:
 		if !cv.deleting && !c.ledger.DeleteRequested(cv.lock.Namespace, cv.name) {
 			c.violate(e, "released-for-a-reason", "%s Released as Deleted but nobody deleted it", cv.name)
@@ -1204,9 +1209,11 @@ func (c *Checker) noteGrant(e Entry, lv *lockView, l *coordinationv1.Lease, hold
 	if e.Type == Relisted && token > lv.leaseMaxToken+1 {
 		lv.gapTokens = append(lv.gapTokens, [2]int64{lv.leaseMaxToken + 1, token - 1})
 	}
+	_, regrant := lv.grants[holder]
 	acquired := recordGrant(lv, l, holder, token)
 	lv.lastGrantToken = token
 	c.stats.Grants++
+	c.noteWindowGrant(e, e.Lock, holder, token, acquired, regrant)
 	if _, uid, ok := strings.Cut(holder, "/"); ok {
 		if cv := c.claims[types.UID(uid)]; cv != nil && !acquired.IsZero() {
 			c.rememberHeld(lv, cv, acquired)

@@ -222,8 +222,10 @@ type faultSet struct {
 //     (the arbiter gets neither the floor, the namespace's reservation, nor
 //     the claims' tokens);
 //   - repair: the operator never writes again a Lease that a person
-//     deleted or edited (its writes of it fail).
-var breakNames = []string{"cas", "decide", "renew-clock", "rollback", "queue", "token-restart", "repair"}
+//     deleted or edited (its writes of it fail);
+//   - window: the arbiter is never told of a freeze (it ignores the
+//     policies' deploy windows).
+var breakNames = []string{"cas", "decide", "renew-clock", "rollback", "queue", "token-restart", "repair", "window"}
 
 func validBreak(name string) bool {
 	return name == "" || slices.Contains(breakNames, name)
@@ -378,6 +380,9 @@ func (fs *faultSet) decide(m *managerCtl) func(arbiter.Lock, []arbiter.Claim, ar
 			if p.Ordering == arbiter.Queue {
 				p.Ordering = arbiter.NewestWins
 			}
+		case "window":
+			// BROKEN ON PURPOSE: no window ever freezes the target.
+			p.Freeze = arbiter.Freeze{}
 		case "token-restart":
 			// BROKEN ON PURPOSE: a lock without its record forgets its
 			// tokens.

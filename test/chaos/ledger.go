@@ -33,6 +33,7 @@ type Ledger struct {
 	foreignLeases map[string]bool            // ns/name of Leases a person created that are not buildlock's
 	consent       map[string]map[string]bool // namespace → values of its consent label people set ("" removes it)
 	triedConsent  map[string]map[string]bool // namespace → values pipelines tried to set
+	overrides     map[string]bool            // ns/name of claims a person overrode (windows.go)
 }
 
 // PodRecord is what the workload did to one pod.

@@ -85,6 +85,7 @@ func (c *Checker) observePolicy(typ watch.EventType, p *buildlockv1.BuildLockPol
 	c.record(Entry{At: now, Kind: "Policy", Type: typ, Lock: lock, Name: p.Name, UID: p.UID, RV: p.ResourceVersion,
 		What: fmt.Sprintf("ordering=%s maxHold=%s refuseReruns=%v rollbacks=%s", era.ordering, era.maxHold, era.refuseReruns, era.rollbacks)})
 	c.stats.PolicyEvents++
+	c.observeWindows(typ, p, now, initial)
 	lv := c.lock(lock)
 	last := lv.eras[len(lv.eras)-1]
 	if era.from = last.from; era == last {
