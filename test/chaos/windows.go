@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -27,11 +28,19 @@ import (
 // has its own tables. Windows change mid-run, and a manager sees a change
 // later than the checker (or, when the checker's watch lags, earlier): a
 // grant is judged against every version of the windows in effect from
-// PolicyLag (at least Tolerance) before it to as long after it, and is a
-// violation only if each of them froze the target from Tolerance before the
-// grant to Tolerance after it. Grants are judged at the end of the chaos
+// windowLag (at least Tolerance, at most PolicyLag) before it to as long
+// after it, and is a violation only if each of them froze the target from
+// Tolerance before the grant to Tolerance after it. (The workload adds its
+// windows more than windowLag before they freeze the target.) Grants are judged at the end of the chaos
 // phase (CheckWindows), once the claims' events, which come on another
 // watch than the Leases', have arrived.
+
+// windowLag is how long after the checker saw a change of a policy's
+// windows a manager may still grant under the version before: its cache's
+// lag behind the API server, through restarts and re-lists. It is shorter
+// than PolicyLag, which covers the orderings, so that the windows the
+// workload changes every few seconds can be judged at all.
+const windowLag = 5 * time.Second
 
 // overriddenNote is what the Held message of a claim granted through a
 // freeze by its override says (arbiter's heldMessage).
@@ -108,8 +117,8 @@ func (c *Checker) observeWindows(typ watch.EventType, p *buildlockv1.BuildLockPo
 		ws.versions[lock] = []windowVersion{{}}
 		return
 	}
-	if len(vs) > 0 && fmt.Sprint(vs[len(vs)-1].windows) == fmt.Sprint(windows) {
-		return
+	if len(vs) > 0 && sameWindows(vs[len(vs)-1].windows, windows) {
+		return // the status changed, or another field of the spec
 	}
 	// A calendar that does not compile is frozen for good, as the
 	// operator's is: Compile returns it with the error.
@@ -128,6 +137,13 @@ func (c *Checker) observeWindows(typ watch.EventType, p *buildlockv1.BuildLockPo
 		ws.stats.Versions++
 	}
 	ws.versions[lock] = append(vs, v)
+}
+
+// sameWindows compares two spec.windows as the API server stores them.
+func sameWindows(a, b []buildlockv1.Window) bool {
+	ja, errA := json.Marshal(a)
+	jb, errB := json.Marshal(b)
+	return errA == nil && errB == nil && string(ja) == string(jb)
 }
 
 func (c *Checker) win() *windowState {
@@ -222,7 +238,7 @@ func (c *Checker) CheckWindows() {
 
 func (c *Checker) judgeWindowGrant(ws *windowState, g windowGrant) {
 	tol := c.o.Tolerance
-	lag := max(c.o.PolicyLag, tol)
+	lag := max(min(c.o.PolicyLag, windowLag), tol)
 	vs := versionsAround(ws.versions[g.lock], g.acquired.Add(-lag), g.acquired.Add(lag))
 	if len(vs) == 1 && len(vs[0].windows) == 0 {
 		return // no windows around the grant
@@ -318,19 +334,6 @@ func (c *Checker) WindowStats() WindowStats {
 	return c.win().stats
 }
 
-// Frozen reports whether the windows of lock k, as the checker last saw
-// them, freeze it from now until at least now+d.
-func (c *Checker) Frozen(k LockKey, now time.Time, d time.Duration) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	vs := c.win().versions[k]
-	if len(vs) == 0 {
-		return false
-	}
-	frozen, _ := frozenThrough(vs[len(vs)-1].cal, now, now.Add(d))
-	return frozen
-}
-
 // PersonOverrides records that a person overrides claim ns/name (sets its
 // override annotations).
 func (l *Ledger) PersonOverrides(ns, name string) {
@@ -361,7 +364,7 @@ func (c *Checker) checkFreezeStarted(e Entry, lv *lockView, cv *claimView, now t
 	}
 	vs := c.win().versions[cv.lock]
 	if len(vs) > 0 {
-		for _, v := range versionsAround(vs, acquired.Add(-max(c.o.PolicyLag, tol)), now) {
+		for _, v := range versionsAround(vs, acquired.Add(-max(min(c.o.PolicyLag, windowLag), tol)), now) {
 			for _, w := range v.windows {
 				if w.Kind != buildlockv1.WindowDeny || w.Holder != buildlockv1.WindowHolderRelease {
 					continue

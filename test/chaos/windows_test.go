@@ -21,17 +21,20 @@ import (
 // The deploy windows of the workload (issue 23): a person (the
 // administrator) adds and removes windows on the policies of three targets
 // while the workload contends for them:
-//   - on a NewestWins target, one-off Deny windows a few seconds long,
-//     which open and close during the run, and overrides of its waiting
-//     claims while they are in effect (kubectl buildlock override: a
-//     reason and an expiry);
+//   - on a NewestWins target, one-off Deny windows of 6-12 s, which open
+//     and close during the run (added 6-8 s before they start, more than
+//     the checker's windowLag: a manager that sees them late may grant
+//     under the windows before), and overrides of its waiting claims while
+//     one is in effect, from the tolerance plus a second after it started
+//     to as long before it ends (kubectl buildlock override: a reason and
+//     an expiry);
 //   - on a Queue target, a recurring Deny window, "*/2 * * * *" for 1m
 //     (a window lasts at least a minute, and a schedule fires at most every
 //     minute: so the target is frozen every other minute, and a run over a
 //     minute boundary sees it open or close);
-//   - on a Fifo target, one-off Allow windows only: the target is frozen
-//     outside them, open for a few seconds, frozen again, open once the
-//     window is removed.
+//   - on a Fifo target, one-off Allow windows only: each in effect when it
+//     is added (so that adding it freezes nothing), ending 6-8 s later;
+//     the target is frozen from its end until it is removed, 6-9 s later.
 //
 // A pipeline (the flood's service account) tries to override one of its
 // own claims: admission must refuse it (break-glass is for people). At the
@@ -52,6 +55,7 @@ type windowsActor struct {
 	windows                map[LockKey][]buildlockv1.Window // what this actor set
 	overridden             map[string]bool                  // ns/name of claims it overrode
 	seq                    int
+	allowUntil             time.Time // when the Allow window is to be removed
 }
 
 // newWindowsActor picks its targets among the workload's: the deny target
@@ -111,8 +115,8 @@ func (a *windowsActor) stepDeny(ctx context.Context, now time.Time) {
 		ws = kept
 	}
 	if len(ws) < 2 && a.rng.IntN(3) == 0 {
-		start := now.Add(time.Second + time.Duration(a.rng.Int64N(int64(2*time.Second))))
-		end := start.Add(3*time.Second + time.Duration(a.rng.Int64N(int64(5*time.Second))))
+		start := now.Add(windowLag + time.Second + time.Duration(a.rng.Int64N(int64(2*time.Second))))
+		end := start.Add(6*time.Second + time.Duration(a.rng.Int64N(int64(6*time.Second))))
 		a.seq++
 		w := buildlockv1.Window{Name: fmt.Sprintf("freeze-%d", a.seq), Kind: buildlockv1.WindowDeny,
 			Start: &buildlockv1.Timestamp{Time: start}, End: &buildlockv1.Timestamp{Time: end}, Reason: fmt.Sprintf("chaos freeze %d", a.seq)}
@@ -123,9 +127,14 @@ func (a *windowsActor) stepDeny(ctx context.Context, now time.Time) {
 		}
 		a.set(ctx, a.deny, append(slices.Clone(ws), w), "add one-off Deny window")
 	}
-	// An override while the freeze lasts for a while yet, of a claim that
-	// waits (once per claim: a claim is granted once).
-	if !a.h.check.Frozen(a.deny, now, time.Second) {
+	// An override of a claim that waits (once per claim: a claim is
+	// granted once), while a freeze is in effect that started a while ago
+	// and lasts a while yet: a grant within the checker's tolerance of a
+	// window's edge is not judged.
+	margin := a.h.check.o.Tolerance + time.Second
+	if !slices.ContainsFunc(ws, func(w buildlockv1.Window) bool {
+		return w.Start.Before(now.Add(-margin)) && w.End.After(now.Add(margin))
+	}) {
 		return
 	}
 	claims := a.h.check.Claims(a.deny)
@@ -146,18 +155,19 @@ func (a *windowsActor) stepDeny(ctx context.Context, now time.Time) {
 	}
 }
 
-// stepAllow cycles the allow target: an Allow window from a moment ahead
-// for a few seconds (frozen until it starts and once it ended), removed a
-// few seconds after it ended (open again).
+// stepAllow cycles the allow target: an Allow window in effect from when
+// it is added until 6-8 s later (then the target is frozen), removed 4-6 s
+// after it ended (open again).
 func (a *windowsActor) stepAllow(ctx context.Context, now time.Time) {
 	ws := a.current(a.allow)
 	switch {
 	case len(ws) == 0 && a.rng.IntN(3) == 0:
-		start := now.Add(time.Second + time.Duration(a.rng.Int64N(int64(2*time.Second))))
+		end := now.Add(windowLag + time.Second + time.Duration(a.rng.Int64N(int64(2*time.Second))))
+		a.allowUntil = end.Add(6*time.Second + time.Duration(a.rng.Int64N(int64(3*time.Second))))
 		a.set(ctx, a.allow, []buildlockv1.Window{{Name: "open-hours", Kind: buildlockv1.WindowAllow,
-			Start: &buildlockv1.Timestamp{Time: start}, End: &buildlockv1.Timestamp{Time: start.Add(3 * time.Second)}, Reason: "chaos: open for a moment"}},
+			Start: &buildlockv1.Timestamp{Time: now.Add(-time.Minute)}, End: &buildlockv1.Timestamp{Time: end}, Reason: "chaos: open for a moment"}},
 			"add one-off Allow window")
-	case len(ws) > 0 && ws[0].End.Before(now.Add(-2*time.Second)):
+	case len(ws) > 0 && now.After(a.allowUntil):
 		a.set(ctx, a.allow, nil, "remove Allow window")
 	}
 }
