@@ -20,13 +20,17 @@
 // people delete and edit grant Leases, withdraw and give consent, create a
 // Lease of their own under a grant Lease's name and delete claims a
 // finalizer keeps, while pipelines try to change consent and one floods a
-// lock with lines (people_test.go).
+// lock with lines (people_test.go); and a person adds and removes deploy
+// windows that open and close during the run, and overrides claims
+// through them, while a pipeline's override is refused (windows_test.go).
 //
 // The checker (checker.go, ledger.go, orderings.go, relist.go, settle.go,
-// people.go, activities.go)
+// people.go, activities.go, windows.go)
 // imports the API types and the Kubernetes libraries only, never the
 // operator's code: it states the rules again, in its own words, so that a
-// bug in the operator cannot hide in a shared helper. checker_test.go proves
+// bug in the operator cannot hide in a shared helper. The one exception is
+// internal/window, the pure function of a policy's windows, with which
+// windows.go judges whether the operator applied it. checker_test.go proves
 // that it reports broken histories; TestCheckerIsIndependent keeps it
 // independent.
 //
