@@ -255,17 +255,17 @@ type Checker struct {
 	ledger *Ledger
 	o      CheckerOptions
 
-	mu         sync.Mutex
-	claims     map[types.UID]*claimView
-	names      map[string]types.UID // ns/name → latest UID
-	locks      map[LockKey]*lockView
-	floors     map[string]int64 // namespace → the highest token floor seen
+	mu     sync.Mutex
+	claims map[types.UID]*claimView
+	names  map[string]types.UID // ns/name → latest UID
+	locks  map[LockKey]*lockView
+	floors map[string]int64 // namespace → the highest token floor seen
 	// floorDeletes counts, per namespace, the token floors people deleted.
 	floorDeletes map[string]int
-	namespaces map[string]*namespaceView
-	history    []Entry
-	violations []Violation
-	stats      CheckerStats
+	namespaces   map[string]*namespaceView
+	history      []Entry
+	violations   []Violation
+	stats        CheckerStats
 	// relisting suppresses the per-event one-holder check while a re-list is
 	// applied: the list is one consistent state, its items are not; and
 	// defers the checks that need another item of the list.
