@@ -221,8 +221,10 @@ type faultSet struct {
 //   - token-restart: a lock whose grant Lease is gone restarts its tokens
 //     (the arbiter gets neither the floor nor the claims' tokens);
 //   - repair: the operator never writes again a Lease that a person
-//     deleted or edited (its writes of it fail).
-var breakNames = []string{"cas", "decide", "renew-clock", "rollback", "queue", "token-restart", "repair"}
+//     deleted or edited (its writes of it fail);
+//   - workflow: lines are keyed without spec.workflow (a second workflow's
+//     builds replace the first's).
+var breakNames = []string{"cas", "decide", "renew-clock", "rollback", "queue", "token-restart", "repair", "workflow"}
 
 func validBreak(name string) bool {
 	return name == "" || slices.Contains(breakNames, name)
@@ -376,6 +378,16 @@ func (fs *faultSet) decide(m *managerCtl) func(arbiter.Lock, []arbiter.Claim, ar
 			// BROKEN ON PURPOSE: Queue is ignored.
 			if p.Ordering == arbiter.Queue {
 				p.Ordering = arbiter.NewestWins
+			}
+		case "workflow":
+			// BROKEN ON PURPOSE: a line is its repo and branch only.
+			claims = slices.Clone(claims)
+			for i := range claims {
+				claims[i].Workflow = ""
+			}
+			g.Lines = slices.Clone(g.Lines)
+			for i := range g.Lines {
+				g.Lines[i].Workflow = ""
 			}
 		case "token-restart":
 			// BROKEN ON PURPOSE: a lock without its record forgets its
