@@ -3,7 +3,6 @@ package docs
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/buildlock/buildlock/internal/doctest"
 	"github.com/buildlock/buildlock/internal/localcluster"
-	"github.com/buildlock/buildlock/internal/testenv"
 )
 
 // windowsSection is README's transcript of a freeze (issue 23).
@@ -94,30 +92,7 @@ func TestReadmeWindowsTranscript(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	c, err := localcluster.Start(localcluster.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := c.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
-	m, err := testenv.StartManager(ctx, c.Config, testenv.DefaultManagerOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := m.Stop(); err != nil && !errors.Is(err, context.Canceled) {
-			t.Error(err)
-		}
-	})
-	pluginDir := t.TempDir()
-	build := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(pluginDir, "kubectl-buildlock"), "./cmd/kubectl-buildlock")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the plugin: %v\n%s", err, out)
-	}
+	c, pluginDir := startMakeRun(ctx, t, root)
 	kubectlDir := filepath.Dir(localcluster.KubectlPath(root))
 	sh := exec.CommandContext(ctx, "bash", "-c", script.String())
 	sh.Dir = t.TempDir()
