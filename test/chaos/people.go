@@ -262,7 +262,7 @@ func (c *Checker) checkMemoryKept(e Entry, lv *lockView, records map[line]heldBu
 		}
 		c.stats.MemoryChecked++
 		r, ok := records[l]
-		if ok && r.build < kept.build && c.rolledBack(lv, l, r.build, kept.at) {
+		if ok && r.build < kept.build && c.rolledBack(lv, e.Lock.Namespace, l, r.build, kept.at) {
 			lv.kept[l] = r
 			continue
 		}

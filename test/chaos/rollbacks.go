@@ -8,6 +8,7 @@ package chaos
 // judged like any other claim (checkNoRollback lets it go below its line).
 
 import (
+	"strings"
 	"time"
 
 	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
@@ -80,17 +81,25 @@ func (c *Checker) ClaimEnd(ns, name string) (phase buildlockv1.Phase, reason str
 	return phaseOf(cv.status.Phase), cv.status.Reason, granted, true
 }
 
-// rolledBack reports whether lock lv granted a rollback of line l, at or
-// below build, after the hold at heldAt that the line's memory kept (one
-// manager's skew either way): the memory of a line starts again from its
-// rollback, so a record lowered to it (or to a later build above it) is
-// not forgotten.
-func (c *Checker) rolledBack(lv *lockView, l line, build int64, heldAt time.Time) bool {
-	for _, cv := range c.claims {
-		if cv.spec.Rollback == nil || lineOf(cv.spec) != l || cv.spec.Build > build || c.locks[cv.lock] != lv {
+// rolledBack reports whether lock lv (in namespace ns) granted a rollback
+// of line l, at or below build, after the hold at heldAt that the line's
+// memory kept (one manager's skew either way): the memory of a line starts
+// again from its rollback, so a record lowered to it (or to a later build
+// above it) is not forgotten. A holder the checker has not seen yet (its
+// watch was down) is judged by the spec the workload created it with.
+func (c *Checker) rolledBack(lv *lockView, ns string, l line, build int64, heldAt time.Time) bool {
+	for identity, at := range lv.grants {
+		if at.Before(heldAt.Add(-2 * c.o.Tolerance)) {
 			continue
 		}
-		if at, granted := lv.grants[holderIdentity(cv.name, cv.uid)]; granted && !at.Before(heldAt.Add(-2*c.o.Tolerance)) {
+		name, _, _ := strings.Cut(identity, "/")
+		var spec buildlockv1.BuildLockSpec
+		if cv := c.claims[c.names[ns+"/"+name]]; cv != nil {
+			spec = cv.spec
+		} else if first, ok := c.ledger.FirstSpec(ns, name); ok {
+			spec = first
+		}
+		if spec.Rollback != nil && lineOf(spec) == l && spec.Build <= build {
 			return true
 		}
 	}

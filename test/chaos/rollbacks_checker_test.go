@@ -181,6 +181,16 @@ func TestCheckerRollbackRules(t *testing.T) {
 				h.remember("acme/shop", 8, h.now)
 			},
 		},
+		"a line's memory lowered to a rollback whose claim the checker has not seen yet": {
+			history: func(h *history) {
+				heldAndEnded(h, "b10", "acme/shop", 10, 1)
+				h.remember("acme/shop", 10, h.now)
+				h.ledger.WroteSpec(ns, "b8", buildlockv1.BuildLockSpec{Target: "env-0", Repo: "acme/shop", Branch: "main", Build: 8,
+					Rollback: &buildlockv1.Rollback{Reason: "INC-7: checkout broke"}})
+				h.grant("b8", 2)
+				h.remember("acme/shop", 8, h.now)
+			},
+		},
 		"a line's memory lowered with no rollback": {
 			history: func(h *history) {
 				heldAndEnded(h, "b10", "acme/shop", 10, 1)
