@@ -3,9 +3,10 @@ package chaos
 // The checker's rules of rollbacks refused (issue 22), in its own words: a
 // claim with spec.rollback that its lock's policy does not allow for its
 // requester (spec.rollbacks Nobody; PeopleOnly and a pipeline, or a
-// requester the operator does not take as verified) is Superseded with reason RollbackNotAllowed, and
-// that reason is given to nothing else. A rollback the policy allows is
-// judged like any other claim (checkNoRollback lets it go below its line).
+// requester the operator does not take as verified) is Superseded with
+// reason RollbackNotAllowed, and that reason is given to nothing else. A
+// rollback the policy allows is judged like any other claim
+// (checkNoRollback lets it go below its line).
 
 import (
 	"strings"
