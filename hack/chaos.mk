@@ -34,6 +34,7 @@ CHAOS_GO_FLAGS ?=
 #   token-restart  a lock whose grant Lease is gone forgets its tokens
 #   repair       a Lease a person deleted or edited is never written again
 #   window       the arbiter is told of no freeze (deploy windows ignored)
+#   workflow     lines are keyed without spec.workflow
 BREAK ?= cas
 CHAOS_BROKEN_OUT ?= $(or $(TMPDIR),/tmp)/buildlock-chaos-broken
 # The soak's manager binary, and where its plot and samples go.
@@ -56,7 +57,7 @@ chaos-short: envtest ## Run the chaos package as `make test` does (the short cha
 	go test $(GO_TEST_FLAGS) ./test/chaos -count=1 -v -chaos.seed=$(SEED) $(CHAOS_FLAGS)
 
 .PHONY: chaos-broken
-chaos-broken: envtest ## Run the short chaos test against an operator broken on purpose (BREAK=cas|decide|renew-clock|rollback|queue|token-restart|repair|window, or several): it passes only if the checker reports violations (of safety, or of liveness) each time.
+chaos-broken: envtest ## Run the short chaos test against an operator broken on purpose (BREAK=cas|decide|renew-clock|rollback|queue|token-restart|repair|window|workflow, or several): it passes only if the checker reports violations (of safety, or of liveness) each time.
 	@for b in $(BREAK); do \
 		out=$(CHAOS_BROKEN_OUT)-$$b.out; echo "chaos-broken: BREAK=$$b SEED=$(SEED)"; \
 		if go test ./test/chaos -run '^TestChaos$$' -count=1 -v -chaos.seed=$(SEED) -chaos.break=$$b $(CHAOS_FLAGS) > $$out 2>&1; then \

@@ -188,12 +188,19 @@ func TestChaos(t *testing.T) {
 	h := newHarness(t, cp, o)
 	defer h.stopAll() // also when a phase fails the test
 	h.createNamespaces(ctx)
+	installing := time.Now()
 	dep := h.setupEnforcement(ctx)
+	h.check.o.RequesterVerified = requesterVerification(dep != nil, installing, time.Now())
 	if dep != nil {
 		h.check.o.OnLease = dep.observeLease // before the watches start
 	}
 	crowd := h.setupPeople(ctx, dep)
 	freezer := newWindowsActor(h, crowd)
+	var enforced []LockKey
+	if dep != nil {
+		enforced = dep.locks
+	}
+	rollbacks := h.setupRollbacks(ctx, enforced)
 	b := <-toolsBuilt
 	if b.err != nil {
 		t.Fatal(b.err)
@@ -218,7 +225,10 @@ func TestChaos(t *testing.T) {
 			dep.run(depCtx)
 		}
 	}()
-	h.chaos(ctx, func(ctx context.Context) { crowd.run(ctx, 3*time.Second) }, ci.run, freezer.run)
+	// Counted once the locks settled, so that fewer claims are still live.
+	defer func() { h.figure("%s", rollbacks.figures()) }()
+	h.chaos(ctx, func(ctx context.Context) { crowd.run(ctx, 3*time.Second) }, ci.run, freezer.run,
+		func(ctx context.Context) { rollbacks.run(ctx, time.Second) })
 	stopDeployer()
 	<-depDone
 	for _, f := range crowd.stop() {
@@ -313,6 +323,7 @@ func (h *harness) figure(format string, args ...any) {
 // targets' policies: targets are split over the orderings, a quarter each
 // with no policy (NewestWins), Queue and Fifo; the last quarter is Queue
 // with a maximum hold of a minute, and its ordering is switched mid-run.
+// The policies' spec.rollbacks vary too (rollbacksOf).
 func (h *harness) createNamespaces(ctx context.Context) {
 	for i := range h.o.namespaces {
 		ns := fmt.Sprintf("chaos-%d", i)
@@ -325,18 +336,23 @@ func (h *harness) createNamespaces(ctx context.Context) {
 		h.targets = append(h.targets, k)
 		switch i % 4 {
 		case 1:
-			h.createPolicy(ctx, k, buildlockv1.OrderingQueue, 0)
+			h.createPolicy(ctx, k, buildlockv1.OrderingQueue, 0, rollbacksOf(i))
 		case 2:
-			h.createPolicy(ctx, k, buildlockv1.OrderingFifo, 0)
+			h.createPolicy(ctx, k, buildlockv1.OrderingFifo, 0, rollbacksOf(i))
 		case 3:
-			h.createPolicy(ctx, k, buildlockv1.OrderingQueue, time.Minute)
+			h.createPolicy(ctx, k, buildlockv1.OrderingQueue, time.Minute, rollbacksOf(i))
 			h.switching[k] = buildlockv1.OrderingQueue
 		}
 	}
 }
 
-func (h *harness) createPolicy(ctx context.Context, k LockKey, ordering buildlockv1.Ordering, maxHold time.Duration) {
+// createPolicy creates the policy of lock k; rollbacks, when given, is its
+// spec.rollbacks.
+func (h *harness) createPolicy(ctx context.Context, k LockKey, ordering buildlockv1.Ordering, maxHold time.Duration, rollbacks ...buildlockv1.Rollbacks) {
 	p := &buildlockv1.BuildLockPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Target}, Spec: buildlockv1.BuildLockPolicySpec{Ordering: ordering}}
+	if len(rollbacks) > 0 {
+		p.Spec.Rollbacks = rollbacks[0]
+	}
 	if maxHold > 0 {
 		p.Spec.MaxHold = &metav1.Duration{Duration: maxHold}
 	}

@@ -246,6 +246,11 @@ type CheckerOptions struct {
 	// OnLease, when set, is told of every grant Lease event the checker
 	// judges (with the checker's lock held), re-lists included.
 	OnLease func(typ watch.EventType, l *coordinationv1.Lease)
+	// RequesterVerified says whether the operator takes the spec.requester
+	// of a claim created at created as the API server's word, and whether
+	// that is certain (near the instant it starts to, either may be
+	// true). Nil: every requester is verified.
+	RequesterVerified func(created time.Time) (verified, certain bool)
 }
 
 // Checker judges every BuildLock, grant-Lease and BuildLockPolicy event, in
@@ -1537,9 +1542,9 @@ func (c *Checker) Claims(k LockKey) []ClaimRef {
 // HeldLine is a build of a line that held a lock (the claim Name), and when
 // it was granted.
 type HeldLine struct {
-	Repo, Branch, Name string
-	Build              int64
-	At                 time.Time
+	Repo, Branch, Workflow, Name string
+	Build                        int64
+	At                           time.Time
 }
 
 // LinesHeld returns, for lock k, the highest build of each line that held
@@ -1562,9 +1567,11 @@ func (c *Checker) LinesHeld(k LockKey) []HeldLine {
 				best = b
 			}
 		}
-		out = append(out, HeldLine{Repo: l.repo, Branch: l.branch, Name: best.name, Build: best.build, At: best.at})
+		out = append(out, HeldLine{Repo: l.repo, Branch: l.branch, Workflow: l.workflow, Name: best.name, Build: best.build, At: best.at})
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Repo+out[i].Branch < out[j].Repo+out[j].Branch })
+	sort.Slice(out, func(i, j int) bool {
+		return out[i].Repo+"@"+out[i].Branch+"/"+out[i].Workflow < out[j].Repo+"@"+out[j].Branch+"/"+out[j].Workflow
+	})
 	return out
 }
 

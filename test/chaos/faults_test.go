@@ -224,8 +224,10 @@ type faultSet struct {
 //   - repair: the operator never writes again a Lease that a person
 //     deleted or edited (its writes of it fail);
 //   - window: the arbiter is never told of a freeze (it ignores the
-//     policies' deploy windows).
-var breakNames = []string{"cas", "decide", "renew-clock", "rollback", "queue", "token-restart", "repair", "window"}
+//     policies' deploy windows);
+//   - workflow: lines are keyed without spec.workflow (a second workflow's
+//     builds replace the first's).
+var breakNames = []string{"cas", "decide", "renew-clock", "rollback", "queue", "token-restart", "repair", "window", "workflow"}
 
 func validBreak(name string) bool {
 	return name == "" || slices.Contains(breakNames, name)
@@ -383,6 +385,16 @@ func (fs *faultSet) decide(m *managerCtl) func(arbiter.Lock, []arbiter.Claim, ar
 		case "window":
 			// BROKEN ON PURPOSE: no window ever freezes the target.
 			p.Freeze = arbiter.Freeze{}
+		case "workflow":
+			// BROKEN ON PURPOSE: a line is its repo and branch only.
+			claims = slices.Clone(claims)
+			for i := range claims {
+				claims[i].Workflow = ""
+			}
+			g.Lines = slices.Clone(g.Lines)
+			for i := range g.Lines {
+				g.Lines[i].Workflow = ""
+			}
 		case "token-restart":
 			// BROKEN ON PURPOSE: a lock without its record forgets its
 			// tokens.

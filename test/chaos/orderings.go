@@ -175,8 +175,12 @@ func atLeastAsNew(a, b *claimView) bool {
 // that is at least as new: in every ordering by a build of its line at
 // least as high; across lines only with NewestWins, by a build that started
 // no earlier. A claim superseded by no claim (the grant record's memory)
-// must be at or below a build of its line that held within the retention.
+// must be at or below a build of its line that held within the retention;
+// one refused as a rollback is judged by checkRollbackRefusal alone.
 func (c *Checker) checkSuperseded(e Entry, lv *lockView, cv *claimView, now time.Time) {
+	if c.checkRollbackRefusal(e, lv, cv) {
+		return
+	}
 	if cv.status.SupersededBy == "" {
 		c.checkSupersededByLine(e, lv, cv, now)
 		return
@@ -428,18 +432,10 @@ func (c *Checker) rerunsAllowed(lv *lockView, acquired time.Time) bool {
 }
 
 // rollbackAllowed reports whether some policy in effect within the policy
-// lag before acquired allowed claim cv's rollback: Anyone; PeopleOnly for a
-// requester that is neither a service account nor a CI identity; never
-// Nobody.
+// lag before acquired may have allowed claim cv's rollback (mayRollBack).
 func (c *Checker) rollbackAllowed(lv *lockView, cv *claimView, acquired time.Time) bool {
 	for _, era := range lv.erasSince(acquired.Add(-c.o.PolicyLag)) {
-		switch era.rollbacks {
-		case buildlockv1.RollbacksNobody:
-		case buildlockv1.RollbacksPeopleOnly:
-			if cv.requester != "" && !isServiceAccount(cv.requester) && !cv.ciRequester {
-				return true
-			}
-		default:
+		if allowed, _ := c.mayRollBack(era.rollbacks, cv); allowed {
 			return true
 		}
 	}

@@ -251,8 +251,8 @@ func (c *Checker) checkWriter(e Entry, l *coordinationv1.Lease, holder string) {
 // checkMemoryKept: a line record that an operator version of the grant
 // Lease holds stays in every later operator version (with that build or a
 // higher one) until it is older than the grant retention: no record leaves
-// to make room, however many lines others hold. A deletion of the Lease
-// starts afresh.
+// to make room, however many lines others hold, unless a granted rollback
+// of the line lowered it. A deletion of the Lease starts afresh.
 func (c *Checker) checkMemoryKept(e Entry, lv *lockView, records map[line]heldBuild) {
 	now := c.o.Now()
 	for l, kept := range lv.kept {
@@ -263,7 +263,12 @@ func (c *Checker) checkMemoryKept(e Entry, lv *lockView, records map[line]heldBu
 			continue
 		}
 		c.stats.MemoryChecked++
-		if r, ok := records[l]; !ok || r.build < kept.build {
+		r, ok := records[l]
+		if ok && r.build < kept.build && c.rolledBack(lv, e.Lock.Namespace, l, r.build, kept.at) {
+			lv.kept[l] = r
+			continue
+		}
+		if !ok || r.build < kept.build {
 			c.violate(e, "line-memory-kept", "the grant Lease forgot that build %d of %s held (at %s, within the retention %s): a line's memory leaves only with age",
 				kept.build, l, kept.at.Format(time.StampMilli), c.o.Retention)
 			delete(lv.kept, l)

@@ -534,7 +534,7 @@ func (w *workload) lateLower(ctx context.Context) {
 	build := max(1, pick.held.Build-int64(w.rng.IntN(3)))
 	w.seq++
 	name := fmt.Sprintf("%s-%s-%d-late-%d", strings.ReplaceAll(pick.held.Repo, "/", "-"), pick.held.Branch, build, w.seq)
-	spec := buildlockv1.BuildLockSpec{Target: pick.target.Target, Repo: pick.held.Repo, Branch: pick.held.Branch, Build: build}
+	spec := buildlockv1.BuildLockSpec{Target: pick.target.Target, Repo: pick.held.Repo, Branch: pick.held.Branch, Workflow: pick.held.Workflow, Build: build}
 	w.newClaim(ctx, "late-lower", pick.target.Namespace, name, spec, timestampMicro)
 }
 

@@ -75,6 +75,36 @@ func TestReadmeWalkthroughRuns(t *testing.T) {
 	ctrl.SetLogger(zap.New(zap.WriteTo(logs), zap.UseDevMode(true)))
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
+	c, pluginDir := startMakeRun(ctx, t, root)
+
+	sh := exec.CommandContext(ctx, "bash", "-c", script.String())
+	sh.Dir = root
+	sh.Env = append(os.Environ(), "KUBECONFIG="+c.Kubeconfig, "PLUGIN_DIR="+pluginDir, "HOME="+t.TempDir())
+	var stdout, stderr bytes.Buffer
+	sh.Stdout, sh.Stderr = &stdout, &stderr
+	if err := sh.Run(); err != nil {
+		t.Fatalf("README.md's %q failed: %v\nscript:\n%s\nstdout:\n%s\nstderr:\n%s\noperator:\n%s",
+			walkthrough, err, script.String(), stdout.String(), stderr.String(), logs.String())
+	}
+	if testing.Verbose() {
+		t.Logf("README.md's %q printed:\n%s%s", walkthrough, stdout.String(), stderr.String())
+	}
+	outputs := strings.Split(stdout.String(), blockEnd+"\n")
+	for i, want := range shown {
+		if want == "" {
+			continue
+		}
+		if problem := lastLinesDiffer(outputs[i], want); problem != "" {
+			t.Errorf("README.md: the output shown after sh block %d is not what it prints: %s\nprinted:\n%s", i+1, problem, outputs[i])
+		}
+	}
+}
+
+// startMakeRun starts what `make run` starts, a local control plane and the
+// operator in-process with its defaults, and builds the plugin; it returns
+// the cluster and the plugin's directory. Both stop with the test.
+func startMakeRun(ctx context.Context, t *testing.T, root string) (*localcluster.Cluster, string) {
+	t.Helper()
 	c, err := localcluster.Start(localcluster.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -99,28 +129,7 @@ func TestReadmeWalkthroughRuns(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building the plugin: %v\n%s", err, out)
 	}
-
-	sh := exec.CommandContext(ctx, "bash", "-c", script.String())
-	sh.Dir = root
-	sh.Env = append(os.Environ(), "KUBECONFIG="+c.Kubeconfig, "PLUGIN_DIR="+pluginDir, "HOME="+t.TempDir())
-	var stdout, stderr bytes.Buffer
-	sh.Stdout, sh.Stderr = &stdout, &stderr
-	if err := sh.Run(); err != nil {
-		t.Fatalf("README.md's %q failed: %v\nscript:\n%s\nstdout:\n%s\nstderr:\n%s\noperator:\n%s",
-			walkthrough, err, script.String(), stdout.String(), stderr.String(), logs.String())
-	}
-	if testing.Verbose() {
-		t.Logf("README.md's %q printed:\n%s%s", walkthrough, stdout.String(), stderr.String())
-	}
-	outputs := strings.Split(stdout.String(), blockEnd+"\n")
-	for i, want := range shown {
-		if want == "" {
-			continue
-		}
-		if problem := lastLinesDiffer(outputs[i], want); problem != "" {
-			t.Errorf("README.md: the output shown after sh block %d is not what it prints: %s\nprinted:\n%s", i+1, problem, outputs[i])
-		}
-	}
+	return c, pluginDir
 }
 
 // blockEnd ends each sh block's output.
