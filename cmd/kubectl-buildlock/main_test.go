@@ -36,9 +36,15 @@ func TestMain(m *testing.M) {
 // one in a session of its own (setsid, as a daemon does) and writes its pid
 // to .escaped.
 func helperMain() int {
+	// write makes the file appear whole (a rename), so that a test that
+	// polls for it never reads it empty.
 	write := func(suffix, content string) {
 		path := filepath.Join(os.Getenv("HELPER_DIR"), os.Getenv("HELPER_ID")+suffix)
-		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		if err := os.WriteFile(path+".tmp", []byte(content), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(99)
+		}
+		if err := os.Rename(path+".tmp", path); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(99)
 		}
