@@ -54,7 +54,7 @@ func (g granter) apply(ctx context.Context, lock arbiter.Lock, obs observation, 
 		}
 	}
 	if !grant.Current(lock, lease, d.Grant, obs.policy.Enforce) {
-		if err := g.reserve(ctx, lock, d.Grant); err != nil {
+		if err := g.reserve(ctx, lock, obs, d.Grant); err != nil {
 			return obs, d, err
 		}
 		if _, err := grant.Write(ctx, g.client, g.memory, lock, lease, d.Grant, obs.policy.Enforce, now); err != nil {
@@ -68,7 +68,7 @@ func (g granter) apply(ctx context.Context, lock arbiter.Lock, obs observation, 
 // writeChange writes the grant of d, which changes it, and returns the
 // observation and decision that stand and the Lease after the write.
 func (g granter) writeChange(ctx context.Context, lock arbiter.Lock, obs observation, d arbiter.Decision, now time.Time) (observation, arbiter.Decision, *coordinationv1.Lease, error) {
-	if err := g.reserve(ctx, lock, d.Grant); err != nil {
+	if err := g.reserve(ctx, lock, obs, d.Grant); err != nil {
 		return obs, d, nil, err
 	}
 	lease, err := grant.Write(ctx, g.client, g.memory, lock, obs.lease, d.Grant, obs.policy.Enforce, now)
@@ -78,7 +78,7 @@ func (g granter) writeChange(ctx context.Context, lock arbiter.Lock, obs observa
 		}
 		lease = obs.lease
 		if d.GrantChanged {
-			if err := g.reserve(ctx, lock, d.Grant); err != nil {
+			if err := g.reserve(ctx, lock, obs, d.Grant); err != nil {
 				return obs, d, nil, err
 			}
 			lease, err = grant.Write(ctx, g.client, g.memory, lock, obs.lease, d.Grant, obs.policy.Enforce, now)
@@ -97,9 +97,9 @@ func (g granter) writeChange(ctx context.Context, lock arbiter.Lock, obs observa
 }
 
 // reserve makes the namespace's token floor hold the token of grant before
-// the Lease carries it (grant.Reserve).
-func (g granter) reserve(ctx context.Context, lock arbiter.Lock, gr arbiter.Grant) error {
-	if err := grant.Reserve(ctx, g.client, g.live, g.memory, lock.Namespace, gr.Token); err != nil {
+// the Lease carries it (grant.Reserve), starting from the floor obs read.
+func (g granter) reserve(ctx context.Context, lock arbiter.Lock, obs observation, gr arbiter.Grant) error {
+	if err := grant.Reserve(ctx, g.client, g.live, g.memory, lock.Namespace, gr.Token, obs.floorRead); err != nil {
 		return fmt.Errorf("reserving token %d of lock %s/%s: %w", gr.Token, lock.Namespace, lock.Target, err)
 	}
 	return nil

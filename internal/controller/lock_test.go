@@ -48,6 +48,9 @@ var _ = Describe("The lock controller", Ordered, func() {
 			HaveField("Type", buildlockv1.ConditionAcquired),
 			HaveField("Status", metav1.ConditionTrue),
 			HaveField("Reason", buildlockv1.ReasonAcquired))))
+		// The message is said once, in status.message.
+		Expect(got.Status.Message).To(ContainSubstring("fencing token 1"))
+		Expect(got.Status.Conditions).To(HaveEach(HaveField("Message", "")))
 		expectGrant(ns, "staging", bl, 1)
 		Eventually(func(g Gomega) []string { return eventReasons(g, ns, "shop-41") }).Should(ContainElement("Acquired"))
 	})

@@ -41,8 +41,10 @@ type observation struct {
 	// be granted.
 	foreign *coordinationv1.Lease
 	// floor is the namespace's token floor, read live only when lease is
-	// nil.
-	floor int64
+	// nil; floorRead is that read (its Lease, nil if there is none), from
+	// which the grant's reservation starts (grant.Reserve).
+	floor     int64
+	floorRead *grant.FloorRead
 	// verifiedSince is when claims' spec.requester became the API
 	// server's word (zero: it is not; see admission.Policies.RequestersVerifiedSince).
 	verifiedSince time.Time
@@ -73,6 +75,12 @@ type observer struct {
 	defaults arbiter.Policy
 	// deleted are the claims this manager's informer saw deleted.
 	deleted *deletions
+	// memory holds this manager's latest grant writes, which the cache
+	// may not show yet (grant.Memory.Fresher).
+	memory *grant.Memory
+	// own holds this manager's latest status writes, which the cache may
+	// not show yet.
+	own *ownStatuses
 }
 
 // deletionMemory is how many deleted claims a manager remembers: a hand-off
@@ -121,12 +129,13 @@ func (d *deletions) has(uid types.UID) bool {
 	return d.seen[uid]
 }
 
-// cached gathers one lock from the cache: its policy, its claims, its grant
-// Lease, and what is known of its claims' pods (read live only when the
-// cache cannot tell for sure that a pod is there). Only a lock without a
-// Lease reads something live on every reconcile: the namespace's token
-// floor, which a new Lease's first token must be above.
-func (o observer) cached(ctx context.Context, lock arbiter.Lock) (observation, error) {
+// cached gathers one lock from the cache at now: its policy, its claims
+// and its grant Lease (each as this manager last wrote it, when the cache
+// does not show that write yet), and what is known of its claims' pods (read live
+// only when the cache cannot tell for sure that a pod is there). Only a
+// lock without a Lease reads something live on every reconcile: the
+// namespace's token floor, which a new Lease's first token must be above.
+func (o observer) cached(ctx context.Context, lock arbiter.Lock, now time.Time) (observation, error) {
 	applied, err := policy.Read(ctx, o.cache, lock, o.defaults)
 	if err != nil {
 		return observation{}, err
@@ -135,7 +144,38 @@ func (o observer) cached(ctx context.Context, lock arbiter.Lock) (observation, e
 	if err != nil {
 		return observation{}, err
 	}
-	return o.leaseAndPods(ctx, o.cache, lock, applied, claims, nil)
+	o.own.fresher(claims, now)
+	return o.leaseAndPods(ctx, cachedLeases{o.cache, o.memory, now}, lock, applied, claims, nil)
+}
+
+// cachedLeases reads through the cache, and a grant Lease as this
+// manager's memory knows it when that is fresher (grant.Memory.Fresher):
+// a decision rests on the Lease's compare-and-swap either way, and one on
+// the version before this manager's own write would only lose it.
+type cachedLeases struct {
+	client.Reader
+	memory *grant.Memory
+	now    time.Time
+}
+
+// Get reads obj through the cache; a grant Lease this manager wrote since
+// the cache's version is the written one.
+func (c cachedLeases) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	err := c.Reader.Get(ctx, key, obj, opts...)
+	lease, isLease := obj.(*coordinationv1.Lease)
+	if !isLease || err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	var cached *coordinationv1.Lease
+	if err == nil {
+		cached = lease
+	}
+	fresher := c.memory.Fresher(key, cached, c.now)
+	if fresher == nil || fresher == cached {
+		return err
+	}
+	fresher.DeepCopyInto(lease)
+	return nil
 }
 
 // live observes the lock again from the API server: the claims, and then
@@ -175,7 +215,9 @@ func (o observer) leaseAndPods(ctx context.Context, reader client.Reader, lock a
 			// A lock without a Lease issues tokens above the namespace's
 			// token floor, which holds every token issued there
 			// (grant.Reserve).
-			obs.floor, _, leaseErr = grant.ReadTokenFloor(ctx, o.apiReader, lock.Namespace)
+			var floorLease *coordinationv1.Lease
+			obs.floor, floorLease, leaseErr = grant.ReadTokenFloor(ctx, o.apiReader, lock.Namespace)
+			obs.floorRead = &grant.FloorRead{Token: obs.floor, Lease: floorLease}
 		}
 	})
 	obs.verifiedSince = o.admission.RequestersVerifiedSince(o.requesterSettle)

@@ -89,7 +89,7 @@ func (r *lockReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	// keeps a decision's fixed point across a round trip.
 	now := r.clock.Now().Truncate(time.Microsecond)
 
-	obs, err := r.observer.cached(ctx, lock)
+	obs, err := r.observer.cached(ctx, lock, now)
 	if err != nil {
 		return ctrl.Result{}, err
 	}

@@ -90,6 +90,14 @@ import (
 // the two reads, so the holder's read (above) applies to a live decision
 // too, and nothing else does.
 //
+// A reconcile that closely follows this manager's own writes decides on
+// them: a claim or grant Lease that this manager wrote since the version its
+// cache shows is taken as the write returned it (ownStatuses,
+// grant.Memory.Fresher). That is a later version than the cache's, never a
+// claim the cache no longer lists, and every write resting on it is still
+// a compare-and-swap; without it the decision after a grant would see the
+// new holder still Waiting and decide again on live reads.
+//
 // The reads the decision does not name follow the same rule where they are
 // made: a pod counts as finished on the cache's word and as gone only on a
 // live read (observer.pods); the namespace's token floor is read live

@@ -105,14 +105,14 @@ func setupControllers(mgr ctrl.Manager, o Options) error {
 	metrics := NewMetrics(o.Registry)
 	metrics.clock = o.Clock
 	obs := observer{cache: mgr.GetClient(), apiReader: mgr.GetAPIReader(), admission: policies,
-		requesterSettle: o.RequesterSettle, defaults: o.arbiterDefaults(), deleted: newDeletions()}
+		requesterSettle: o.RequesterSettle, defaults: o.arbiterDefaults(), deleted: newDeletions(), memory: memory, own: newOwnStatuses()}
 	dec := decider{observer: obs, memory: memory, admission: policies, arbiter: o.Decide}
 	r := &lockReconciler{
 		clock:    o.Clock,
 		observer: obs,
 		decider:  dec,
 		granter:  granter{client: mgr.GetClient(), live: mgr.GetAPIReader(), memory: memory, decider: dec, metrics: metrics},
-		statuses: statusWriter{client: mgr.GetClient(), recorder: mgr.GetEventRecorder("buildlock"), metrics: metrics},
+		statuses: statusWriter{client: mgr.GetClient(), own: obs.own, recorder: mgr.GetEventRecorder("buildlock"), metrics: metrics},
 		metrics:  metrics,
 	}
 	if err := setupLockReconciler(mgr, r, memory, o.Workers, o.SkipNameValidation); err != nil {

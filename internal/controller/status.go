@@ -18,9 +18,8 @@ import (
 	"github.com/buildlock/buildlock/internal/arbiter"
 )
 
-// maxMessageLength bounds a status message and a condition's message: the
-// API refuses a condition message over 32768 bytes, and a status write that
-// is refused must never be what stops a decision. The arbiter's messages are
+// maxMessageLength bounds a status message: a status write that is refused
+// must never be what stops a decision. The arbiter's messages are
 // far shorter (it quotes free text only up to MaxQuotedLength); this is the
 // last line of defense.
 const maxMessageLength = 4096
@@ -31,7 +30,9 @@ const maxEventNoteLength = 1024
 // statusWriter writes a decision's verdicts into the claims' statuses, and
 // their Events.
 type statusWriter struct {
-	client   client.Client
+	client client.Client
+	// own remembers each write until the cache shows it.
+	own      *ownStatuses
 	recorder events.EventRecorder
 	// metrics receives what happened; nil records nothing.
 	metrics *Metrics
@@ -77,6 +78,7 @@ func (w statusWriter) apply(ctx context.Context, obs observation, d arbiter.Deci
 			}
 			return fmt.Errorf("writing status of BuildLock %s/%s (%s): %w", bl.Namespace, bl.Name, v.Phase, err)
 		}
+		w.own.wrote(updated, now)
 		log.Info("Updated claim", "buildLock", bl.Name, "from", v.From, "phase", v.Phase, "reason", v.Reason, "fencingToken", status.FencingToken)
 		if v.From != v.Phase {
 			if recordsEvent(v.Phase) {
@@ -183,12 +185,27 @@ func desiredStatus(bl *buildlockv1.BuildLock, v arbiter.Verdict, d arbiter.Decis
 			Type:               c.typ,
 			Status:             c.status,
 			Reason:             v.Reason,
-			Message:            message,
+			Message:            conditionMessage(bl.Status, c.typ, c.status, st),
 			ObservedGeneration: bl.Generation,
 			LastTransitionTime: metav1.NewTime(now.Truncate(time.Second)),
 		})
 	}
 	return st, !equality.Semantic.DeepEqual(st, bl.Status)
+}
+
+// conditionMessage is the message of condition typ with status in the new
+// status st, given the claim's current status. A condition carries no
+// message: status.message says it once, and every status write sends the
+// whole status, so a sentence said three times costs every write three
+// times. A condition that an earlier version wrote with the message keeps
+// it for as long as the verdict stays as it was, so that an upgrade
+// rewrites no claim whose verdict did not change.
+func conditionMessage(current buildlockv1.BuildLockStatus, typ string, status metav1.ConditionStatus, st buildlockv1.BuildLockStatus) string {
+	old := meta.FindStatusCondition(current.Conditions, typ)
+	if old != nil && old.Status == status && old.Reason == st.Reason && current.Message == st.Message {
+		return old.Message
+	}
+	return ""
 }
 
 // fallbackStatus is status with every free text replaced by a fixed
@@ -198,7 +215,7 @@ func fallbackStatus(status buildlockv1.BuildLockStatus) buildlockv1.BuildLockSta
 	st := *status.DeepCopy()
 	st.Message = "The operator's message for this claim was refused by the API server; the phase and reason stand."
 	for i := range st.Conditions {
-		st.Conditions[i].Message = st.Message
+		st.Conditions[i].Message = ""
 	}
 	return st
 }

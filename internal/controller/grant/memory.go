@@ -3,9 +3,11 @@ package grant
 import (
 	"slices"
 	"sync"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
@@ -22,6 +24,11 @@ import (
 // events, claims, its own writes), so it is never stale in the harmful
 // direction: a token above it is only ever skipped, never repeated.
 //
+// It also keeps the grant Lease as this manager's latest write of it left
+// it, for the moment until the cache shows that write (Fresher): a decision
+// taken on the cache then starts from the Lease as it is, not from the
+// version before, which a compare-and-swap would refuse.
+//
 // A nil Memory remembers nothing. Entries go with what they describe: a
 // lock's token once the lock has no Lease and no claim and the namespace's
 // floor holds it (ForgetUpTo), a write once its Lease is deleted. So the
@@ -33,7 +40,24 @@ type Memory struct {
 	// written holds the resourceVersions of this manager's latest writes
 	// of each Lease (a few: the watch may deliver one after the next write).
 	written map[types.NamespacedName][]string
+	// latest holds this manager's latest write of each grant Lease, until
+	// the cache shows it or something newer (Fresher).
+	latest map[types.NamespacedName]ownWrite
 }
+
+// ownWrite is a grant Lease as this manager's write returned it, and when.
+type ownWrite struct {
+	lease *coordinationv1.Lease
+	at    time.Time
+}
+
+// ownWriteKept is how long a manager prefers its own latest write of a
+// grant Lease to an older version in its cache. The cache shows the write
+// within moments; this bounds what a write the cache never shows (the Lease
+// deleted before the watch delivered it, then a re-list) can make a
+// decision assume: a compare-and-swap on it fails, and the lock is decided
+// again on live reads.
+const ownWriteKept = 5 * time.Second
 
 // ownWritesKept is how many of its latest writes of one Lease a manager
 // recognizes as its own.
@@ -41,7 +65,8 @@ const ownWritesKept = 4
 
 // NewMemory returns an empty memory.
 func NewMemory() *Memory {
-	return &Memory{tokens: map[arbiter.Lock]int64{}, floors: map[string]int64{}, written: map[types.NamespacedName][]string{}}
+	return &Memory{tokens: map[arbiter.Lock]int64{}, floors: map[string]int64{}, written: map[types.NamespacedName][]string{},
+		latest: map[types.NamespacedName]ownWrite{}}
 }
 
 // Observe remembers the token of a grant Lease or of a token floor Lease
@@ -121,6 +146,48 @@ func (m *Memory) Wrote(lease *coordinationv1.Lease) {
 	m.written[key] = recent[max(0, len(recent)-ownWritesKept):]
 }
 
+// Granted records this manager's write at now of grant Lease lease, which
+// Fresher returns until the cache shows it.
+func (m *Memory) Granted(lease *coordinationv1.Lease, now time.Time) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.latest[client.ObjectKeyFromObject(lease)] = ownWrite{lease: lease.DeepCopy(), at: now}
+}
+
+// Fresher returns the grant Lease named key to decide with at now: cached,
+// the cache's version (nil: the cache has none), unless this manager wrote
+// it since (Granted) and the cache does not show that write yet; then that
+// write. A write is forgotten once the cache shows it or a later version,
+// once the Lease is seen deleted, and ownWriteKept after it was made;
+// resourceVersions that do not compare as the API server's integers leave
+// the cache's word standing.
+func (m *Memory) Fresher(key types.NamespacedName, cached *coordinationv1.Lease, now time.Time) *coordinationv1.Lease {
+	if m == nil {
+		return cached
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	own, ok := m.latest[key]
+	if !ok {
+		return cached
+	}
+	if now.Sub(own.at) > ownWriteKept {
+		delete(m.latest, key)
+		return cached
+	}
+	if cached != nil {
+		newer, err := resourceversion.CompareResourceVersion(own.lease.ResourceVersion, cached.ResourceVersion)
+		if err != nil || newer <= 0 {
+			delete(m.latest, key)
+			return cached
+		}
+	}
+	return own.lease.DeepCopy()
+}
+
 // Own reports whether lease is as this manager last wrote it.
 func (m *Memory) Own(lease client.Object) bool {
 	if m == nil {
@@ -139,4 +206,5 @@ func (m *Memory) Deleted(lease client.Object) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.written, client.ObjectKeyFromObject(lease))
+	delete(m.latest, client.ObjectKeyFromObject(lease))
 }

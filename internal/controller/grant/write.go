@@ -7,6 +7,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
@@ -32,6 +33,7 @@ func Write(ctx context.Context, c client.Client, mem *Memory, lock arbiter.Lock,
 		return nil, fmt.Errorf("writing grant Lease %s/%s: %w", lease.Namespace, lease.Name, err)
 	}
 	mem.Wrote(lease)
+	mem.Granted(lease, now)
 	return lease, nil
 }
 
@@ -42,29 +44,50 @@ func Write(ctx context.Context, c client.Client, mem *Memory, lock arbiter.Lock,
 // is above the floor, once).
 const ReservedTokens = 100
 
+// FloorRead is a namespace's token floor as a live read returned it
+// (ReadTokenFloor): its token, and its Lease (nil: there is none).
+type FloorRead struct {
+	Token int64
+	Lease *coordinationv1.Lease
+}
+
 // Reserve makes the namespace's token floor at least token before a grant
 // Lease carries it. So every token a lock issues is at most its
 // namespace's floor, and a lock left without a record (a person deleted
 // its Lease, and the claims that showed its tokens went before any
 // manager wrote it again, with the managers restarting meanwhile: no
-// memory) starts above every token it issued. The floor is read live
-// (live) unless this manager has seen it hold token; the raise is a
-// compare-and-swap, retried on a lost race with another lock's raise.
-func Reserve(ctx context.Context, c client.Client, live client.Reader, mem *Memory, namespace string, token int64) error {
+// memory) starts above every token it issued. Nothing is read or written
+// when this manager has seen the floor hold token. Otherwise the raise is
+// a compare-and-swap on the floor as read: first on read, the live read
+// the decision was taken on (nil: none), then, after a lost race with
+// another lock's raise (a Conflict, or AlreadyExists for two creates), on
+// a new live read through live.
+func Reserve(ctx context.Context, c client.Client, live client.Reader, mem *Memory, namespace string, token int64, read *FloorRead) error {
 	if token <= 0 || token <= mem.Floor(namespace) {
 		return nil
 	}
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		floor, read, err := ReadTokenFloor(ctx, live, namespace)
-		if err != nil {
-			return err
+	return retry.OnError(retry.DefaultRetry, lostRaise, func() error {
+		floor, lease := int64(0), (*coordinationv1.Lease)(nil)
+		if read != nil {
+			floor, lease, read = read.Token, read.Lease, nil
+		} else {
+			var err error
+			if floor, lease, err = ReadTokenFloor(ctx, live, namespace); err != nil {
+				return err
+			}
 		}
 		if token <= floor {
-			mem.Observe(read)
+			mem.Observe(lease)
 			return nil
 		}
-		return RaiseTokenFloor(ctx, c, mem, namespace, read, floor, min(token+ReservedTokens-1, math.MaxInt32))
+		return RaiseTokenFloor(ctx, c, mem, namespace, lease, floor, min(token+ReservedTokens-1, math.MaxInt32))
 	})
+}
+
+// lostRaise reports whether a raise of the token floor lost a race with
+// another writer's: the floor is read again and the raise tried again.
+func lostRaise(err error) bool {
+	return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err)
 }
 
 // RaiseTokenFloor makes the namespace's token floor at least token, as a
