@@ -357,8 +357,7 @@ func report(r *results, plotFile string) string {
 	p("| Row | While settling | While handing over | API server CPU per claim settled | per lock handed over |")
 	p("|---|---|---|--:|--:|")
 	for _, s := range r.scale {
-		p("| %s | %s | %s | %.1f ms | %.1f ms |", s.row, s.cpuSettle, s.cpuRelease,
-			1000*s.cpuSettle.secs["kube-apiserver"]/float64(s.claims), 1000*s.cpuRelease.secs["kube-apiserver"]/float64(targets))
+		p("| %s | %s | %s | %.1f ms | %.1f ms |", s.row, s.cpuSettle, s.cpuRelease, s.cpuPerClaim(), s.cpuPerLock())
 	}
 	for _, s := range r.scale {
 		if strings.HasPrefix(s.row, rowBL) {
