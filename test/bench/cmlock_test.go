@@ -33,13 +33,7 @@ func TestCMLockAcquireRecoversALostCreate(t *testing.T) {
 		}
 		return true, nil, io.ErrUnexpectedEOF
 	})
-	states, retries := acquireOnce(t, cs)
-	if want := []cmState{cmHolding}; !slices.Equal(states, want) {
-		t.Errorf("states %v, want %v", states, want)
-	}
-	if retries != 1 {
-		t.Errorf("%d retries, want 1", retries)
-	}
+	wantHeldAfterRetries(t, cs, 1)
 }
 
 // A create that failed before the API server made it is sent again.
@@ -53,13 +47,7 @@ func TestCMLockAcquireRetriesAFailedCreate(t *testing.T) {
 		fails--
 		return true, nil, errors.New("connection refused")
 	})
-	states, retries := acquireOnce(t, cs)
-	if want := []cmState{cmHolding}; !slices.Equal(states, want) {
-		t.Errorf("states %v, want %v", states, want)
-	}
-	if retries != 2 {
-		t.Errorf("%d retries, want 2", retries)
-	}
+	wantHeldAfterRetries(t, cs, 2)
 }
 
 // A latency run's contender still fails at its first failed request.
@@ -75,8 +63,12 @@ func TestCMLockAcquireFailsWhenToldNotToRetry(t *testing.T) {
 	}
 }
 
-func acquireOnce(t *testing.T, cs *fake.Clientset) (states []cmState, retries int) {
+// wantHeldAfterRetries acquires the lock with cs and wants it held, with no
+// other state reported on the way, after that many retries.
+func wantHeldAfterRetries(t *testing.T, cs *fake.Clientset, want int) {
 	t.Helper()
+	var states []cmState
+	retries := 0
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	l := &cmLocker{cs: cs, ns: "ns"}
@@ -88,7 +80,12 @@ func acquireOnce(t *testing.T, cs *fake.Clientset) (states []cmState, retries in
 	if err := release(ctx); err != nil {
 		t.Errorf("release: %v", err)
 	}
-	return states, retries
+	if !slices.Equal(states, []cmState{cmHolding}) {
+		t.Errorf("states %v, want only %v", states, cmHolding)
+	}
+	if retries != want {
+		t.Errorf("%d retries, want %d", retries, want)
+	}
 }
 
 func testBid() cmBid {

@@ -34,6 +34,7 @@ type results struct {
 	burst                   burstResult
 	enforce                 enforceResult
 	cold                    coldStart
+	pipelines               pipelineRun
 	costs                   []requestCost
 	scale                   []scaleResult
 	idle                    idleResult
