@@ -10,6 +10,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -84,6 +85,9 @@ const (
 	rowBL     = "buildlock"
 )
 
+// stepPipelines names the pipeline step, for -bench.only.
+const stepPipelines = "pkg/lock pipelines"
+
 // bench holds the API server and the clients every row shares.
 type bench struct {
 	ctx        context.Context
@@ -103,6 +107,7 @@ func TestBench(t *testing.T) {
 	handoffs = *flagHandoffs
 	if *flagQuick {
 		handoffs, targets, leaseTargets, pods, claims, idleWindow, profiled, burstClaims = 30, 100, 10, 1000, 1000, 5*time.Second, 20, 1000
+		pipelineCount, pipelineArrivals = 100, 15*time.Second
 	}
 	root, err := testenv.RepoRoot()
 	must(t, err)
@@ -243,6 +248,27 @@ func TestBench(t *testing.T) {
 		return err
 	})
 	step("burst in another namespace", func() (err error) { b.res.burst, err = b.burstHandoffs(handoffs, burstClaims); return err })
+	step(stepPipelines, func() error {
+		// The binary decides every namespace, and so does the in-process
+		// manager (it has to see the namespaces every step creates): stop
+		// it, so that the binary alone decides the pipelines, and start it
+		// again for the steps after.
+		if mgr != nil {
+			if err := mgr.Stop(); err != nil {
+				return fmt.Errorf("stopping the in-process manager: %w", err)
+			}
+			mgr = nil
+		}
+		var err error
+		b.res.pipelines, err = b.runPipelines(pipelineCount, pipelineTargets, pipelineArrivals)
+		restarted, restartErr := testenv.StartManager(ctx, b.ops.wrap(b.cfg), testenv.ManagerOptions{Workers: *flagWorkers})
+		if restartErr != nil {
+			return errors.Join(err, fmt.Errorf("starting the in-process manager again: %w", restartErr))
+		}
+		mgr = restarted
+		b.ops.quiesce(500*time.Millisecond, 3*time.Minute)
+		return err
+	})
 	// Last: the admission policies it installs apply to every later write.
 	step("enforcement window", func() (err error) { b.res.enforce, err = b.enforcementWindow(handoffs); return err })
 	step("report", func() error {

@@ -24,7 +24,11 @@ import (
 //     holder; its data names the one build waiting next, which a newer
 //     contender overwrites and an older one gives up against;
 //   - waiters watch the ConfigMap and the holder's pod, and race to create
-//     the ConfigMap again once it is gone or the holder has ended.
+//     the ConfigMap again once it is gone or the holder has ended;
+//   - a request that fails is retried after a pause, as a pipeline's script
+//     would; a create whose answer was lost may have made the contender the
+//     holder, which its holder annotation (set at creation, never changed)
+//     tells on the next read.
 
 // cmState is where a contender stands.
 type cmState int
@@ -37,6 +41,15 @@ const (
 
 // cmExpiry bounds a pod-less hold, as in the original.
 const cmExpiry = time.Hour
+
+// cmRetryPause is how long a contender waits before it tries again after a
+// failed request.
+const cmRetryPause = 200 * time.Millisecond
+
+// stampLayout is RFC 3339 with a fixed nine-digit fraction, so that stamps
+// in UTC sort as strings the way they sort as times (time.RFC3339Nano drops
+// trailing zeros: "05.1Z" would sort after "05.12Z").
+const stampLayout = "2006-01-02T15:04:05.000000000Z07:00"
 
 var errNewerWaits = errors.New("a newer build is waiting already")
 
@@ -51,13 +64,18 @@ type cmBid struct {
 func (b cmBid) data() map[string]string {
 	return map[string]string{
 		"repo": b.Repo, "branch": b.Branch, "build": strconv.FormatInt(b.Build, 10),
-		"stamp": b.Stamp.UTC().Format(time.RFC3339Nano),
+		"stamp": b.Stamp.UTC().Format(stampLayout),
 	}
+}
+
+// id names the bid in the holder annotation: its line, build and stamp.
+func (b cmBid) id() string {
+	return fmt.Sprintf("%s@%s#%d %s", b.Repo, b.Branch, b.Build, b.Stamp.UTC().Format(stampLayout))
 }
 
 func (b cmBid) configMap(ns string) *corev1.ConfigMap {
 	cm := &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "lock-" + b.Target, Annotations: map[string]string{}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "lock-" + b.Target, Annotations: map[string]string{"holder": b.id()}},
 		Data:       b.data(),
 	}
 	if b.Pod != nil {
@@ -84,7 +102,7 @@ func outranks(slot, mine map[string]string) (bool, error) {
 		}
 		return true, nil
 	}
-	if mine["stamp"] > slot["stamp"] { // RFC 3339 in UTC sorts as time
+	if mine["stamp"] > slot["stamp"] { // stampLayout in UTC sorts as time
 		return true, nil
 	}
 	return false, errNewerWaits
@@ -98,26 +116,62 @@ type cmLocker struct {
 
 // acquire bids until b holds the lock (it returns the release function),
 // gives up against a newer build (errNewerWaits), or ctx ends. report is
-// told each state as the contender reaches it.
-func (l *cmLocker) acquire(ctx context.Context, b cmBid, report func(cmState, time.Time)) (func(context.Context) error, error) {
+// told each state as the contender reaches it; retry, of each request that
+// failed, and says whether to try again (a latency run would rather fail).
+func (l *cmLocker) acquire(ctx context.Context, b cmBid, report func(cmState, time.Time), retry func(error) bool) (func(context.Context) error, error) {
 	cms := l.cs.CoreV1().ConfigMaps(l.ns)
+	holding := func(mine *corev1.ConfigMap) (func(context.Context) error, error) {
+		report(cmHolding, time.Now())
+		uid := mine.UID
+		return func(ctx context.Context) error {
+			return cms.Delete(ctx, mine.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		}, nil
+	}
+	pause := func(err error) error {
+		if ctx.Err() != nil || !retry(err) {
+			return err
+		}
+		select {
+		case <-time.After(cmRetryPause):
+			return nil
+		case <-ctx.Done():
+			return err
+		}
+	}
+	lost := false // the last create's answer was lost: it may have been made
 	for {
 		mine, err := cms.Create(ctx, b.configMap(l.ns), metav1.CreateOptions{})
 		if err == nil {
-			report(cmHolding, time.Now())
-			uid := mine.UID
-			return func(ctx context.Context) error {
-				return cms.Delete(ctx, mine.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
-			}, nil
+			return holding(mine)
 		}
 		if !apierrors.IsAlreadyExists(err) {
-			return nil, fmt.Errorf("creating lock ConfigMap: %w", err)
+			if err := pause(fmt.Errorf("creating lock ConfigMap: %w", err)); err != nil {
+				return nil, err
+			}
+			lost = true
+			continue
+		}
+		if lost {
+			cur, err := cms.Get(ctx, "lock-"+b.Target, metav1.GetOptions{})
+			if err != nil && !apierrors.IsNotFound(err) {
+				if err := pause(fmt.Errorf("reading lock ConfigMap after a lost create: %w", err)); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			if err == nil && cur.Annotations["holder"] == b.id() {
+				return holding(cur)
+			}
+			lost = false
 		}
 		if err := l.negotiate(ctx, b, report); err != nil {
 			if errors.Is(err, errNewerWaits) {
 				report(cmGaveUp, time.Now())
+				return nil, err
 			}
-			return nil, err
+			if err := pause(err); err != nil {
+				return nil, err
+			}
 		}
 	}
 }

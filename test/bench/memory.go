@@ -179,52 +179,15 @@ func unrelatedPod(ns string, i int) *corev1.Pod {
 // idle, then samples its memory and stops it.
 func (b *bench) runManagerBinary(label string, minReconciles int, decided func() bool) (memResult, error) {
 	r := memResult{label: label}
-	kubeconfig := filepath.Join(b.outDir, "kubeconfig")
-	if err := os.WriteFile(kubeconfig, b.env.KubeConfig, 0o600); err != nil {
-		return r, err
-	}
-	metricsAddr, probeAddr := freeAddr(), freeAddr()
-	logFile, err := os.Create(filepath.Join(b.outDir, "manager-"+strings.Fields(label)[0]+".log"))
+	proc, err := b.startManagerBinary(label)
 	if err != nil {
 		return r, err
 	}
-	defer logFile.Close()
-	cmd := exec.Command(b.managerBin, "--metrics-bind-address="+metricsAddr, "--metrics-secure=false", "--health-probe-bind-address="+probeAddr,
-		"--leader-elect=false", "--finished-ttl=0")
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	t0 := time.Now()
-	if err := cmd.Start(); err != nil {
-		return r, fmt.Errorf("starting %s: %w", b.managerBin, err)
+	defer proc.stop()
+	if r.startup, err = proc.waitIdle(minReconciles, decided); err != nil {
+		return r, err
 	}
-	defer func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
-	}()
-
-	// Caught up: no claim left Pending, an empty workqueue, and no reconcile
-	// for two seconds.
-	var last float64 = -1
-	stable := 0
-	for deadline := time.Now().Add(5 * time.Minute); stable < 4; time.Sleep(500 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			return r, fmt.Errorf("manager did not go idle within 5m")
-		}
-		m, err := scrape(metricsAddr)
-		if err != nil {
-			continue
-		}
-		done := m["controller_runtime_reconcile_total"]
-		if m["workqueue_depth"] == 0 && done == last && done >= float64(minReconciles) && decided() {
-			if stable == 0 {
-				r.startup = time.Since(t0) - 500*time.Millisecond
-			}
-			stable++
-		} else {
-			stable = 0
-		}
-		last = done
-	}
+	metricsAddr := proc.metricsAddr
 	// An idle process does not collect garbage: scrape (which allocates a
 	// little each time) until the next GC, and read the heap just after it.
 	m, err := scrape(metricsAddr)
@@ -246,8 +209,77 @@ func (b *bench) runManagerBinary(label string, minReconciles int, decided func()
 	}
 	r.heapAlloc, r.heapInuse = m["go_memstats_heap_alloc_bytes"], m["go_memstats_heap_inuse_bytes"]
 	r.writes = int(m[managerWrites])
-	r.rss, r.peakRSS, err = procMemory(cmd.Process.Pid)
+	r.rss, r.peakRSS, err = procMemory(proc.cmd.Process.Pid)
 	return r, err
+}
+
+// managerProcess is bin/manager running against the API server, deciding
+// every namespace, without leader election.
+type managerProcess struct {
+	cmd         *exec.Cmd
+	logFile     *os.File
+	metricsAddr string
+	started     time.Time
+}
+
+// startManagerBinary starts bin/manager, its log in the work directory
+// under the label's first word.
+func (b *bench) startManagerBinary(label string) (*managerProcess, error) {
+	kubeconfig := filepath.Join(b.outDir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, b.env.KubeConfig, 0o600); err != nil {
+		return nil, err
+	}
+	metricsAddr, probeAddr := freeAddr(), freeAddr()
+	logFile, err := os.Create(filepath.Join(b.outDir, "manager-"+strings.Fields(label)[0]+".log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(b.managerBin, "--metrics-bind-address="+metricsAddr, "--metrics-secure=false", "--health-probe-bind-address="+probeAddr,
+		"--leader-elect=false", "--finished-ttl=0")
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	m := &managerProcess{cmd: cmd, logFile: logFile, metricsAddr: metricsAddr, started: time.Now()}
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("starting %s: %w", b.managerBin, err)
+	}
+	return m, nil
+}
+
+// stop ends the manager (SIGTERM) and waits for it.
+func (p *managerProcess) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	_ = p.cmd.Wait()
+	p.logFile.Close()
+}
+
+// waitIdle waits until the manager has caught up: decided() holds, an empty
+// workqueue, at least minReconciles reconciles, and none for two seconds. It
+// returns how long after its start the manager was last busy.
+func (p *managerProcess) waitIdle(minReconciles int, decided func() bool) (time.Duration, error) {
+	var startup time.Duration
+	var last float64 = -1
+	stable := 0
+	for deadline := time.Now().Add(5 * time.Minute); stable < 4; time.Sleep(500 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("manager did not go idle within 5m")
+		}
+		m, err := scrape(p.metricsAddr)
+		if err != nil {
+			continue
+		}
+		done := m["controller_runtime_reconcile_total"]
+		if m["workqueue_depth"] == 0 && done == last && done >= float64(minReconciles) && decided() {
+			if stable == 0 {
+				startup = time.Since(p.started) - 500*time.Millisecond
+			}
+			stable++
+		} else {
+			stable = 0
+		}
+		last = done
+	}
+	return startup, nil
 }
 
 func freeAddr() string {

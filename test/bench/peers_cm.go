@@ -4,6 +4,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -31,11 +32,16 @@ type cmResult struct {
 func (l *cmLocker) start(ctx context.Context, bid cmBid) *cmContender {
 	c := &cmContender{bid: bid, states: make(chan cmReport, 16), result: make(chan cmResult, 1)}
 	go func() {
-		release, err := l.acquire(ctx, bid, func(s cmState, at time.Time) { c.states <- cmReport{s, at} })
+		release, err := l.acquire(ctx, bid, func(s cmState, at time.Time) { c.states <- cmReport{s, at} }, failOnError)
 		c.result <- cmResult{release, err}
 	}()
 	return c
 }
+
+// failOnError makes a latency run's contender fail at its first failed
+// request rather than retry it: a retried cycle would be a sample of the
+// retry's pause.
+func failOnError(error) bool { return false }
 
 // await waits for the contender to report state and returns when it did.
 func (c *cmContender) await(state cmState) (time.Time, error) {
@@ -129,7 +135,7 @@ func (b *bench) cmAcquires(n int) ([]time.Duration, error) {
 	for i := range warmup + n {
 		bid := cmBid{Target: fmt.Sprintf("t%d", i), Repo: "acme/app", Branch: "main", Build: 1, Stamp: time.Now()}
 		t0 := time.Now()
-		release, err := l.acquire(b.ctx, bid, func(cmState, time.Time) {})
+		release, err := l.acquire(b.ctx, bid, func(cmState, time.Time) {}, failOnError)
 		if err != nil {
 			return nil, err
 		}
@@ -148,6 +154,12 @@ func (b *bench) cmAcquires(n int) ([]time.Duration, error) {
 // holding, at most one waiting. Who waits depends on who created the
 // ConfigMap first (when the newest build wins the create, both others give
 // up). Then every holder releases at once, until every waiter holds.
+//
+// Contenders retry the requests that fail: with 3,000 of them started at
+// once some creates fail ("unexpected EOF": the connection they were sent
+// on closed under them), and a contender that stopped there would never
+// decide, so the run could never settle. A contender that still ends with
+// an error fails the run at once.
 func (b *bench) cmScale(targets, contenders int) (scaleResult, error) {
 	const released cmState = -1
 	ns := b.namespace("cm-scale")
@@ -163,7 +175,15 @@ func (b *bench) cmScale(targets, contenders int) (scaleResult, error) {
 		decided  = make([]bool, targets*contenders)
 		releases = make([]func(context.Context) error, targets*contenders)
 		changed  = make(chan struct{}, 1)
+		retried  int   // failed requests the contenders retried
+		ended    error // the first contender that ended with an error
 	)
+	wake := func() {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
 	set := func(i int, s cmState, at time.Time) {
 		mu.Lock()
 		state[i], decided[i] = s, true
@@ -171,10 +191,7 @@ func (b *bench) cmScale(targets, contenders int) (scaleResult, error) {
 			last = at
 		}
 		mu.Unlock()
-		select {
-		case changed <- struct{}{}:
-		default:
-		}
+		wake()
 	}
 	// wait waits until cond holds for the per-target counts of holding and
 	// waiting contenders (false while any contender has not decided).
@@ -193,7 +210,11 @@ func (b *bench) cmScale(targets, contenders int) (scaleResult, error) {
 					waiting[i/contenders]++
 				}
 			}
+			failed := ended
 			mu.Unlock()
+			if failed != nil {
+				return failed
+			}
 			if all && cond(holding, waiting) {
 				return nil
 			}
@@ -209,10 +230,20 @@ func (b *bench) cmScale(targets, contenders int) (scaleResult, error) {
 	for i := range targets * contenders {
 		bid := cmBid{Target: fmt.Sprintf("t%d", i/contenders), Repo: fmt.Sprintf("acme/line-%d", i%contenders), Branch: "main", Build: 1, Stamp: time.Now()}
 		go func() {
-			release, _ := l.acquire(ctx, bid, func(s cmState, at time.Time) { set(i, s, at) })
+			retry := func(error) bool {
+				mu.Lock()
+				retried++
+				mu.Unlock()
+				return true
+			}
+			release, err := l.acquire(ctx, bid, func(s cmState, at time.Time) { set(i, s, at) }, retry)
 			mu.Lock()
 			releases[i] = release
+			if err != nil && !errors.Is(err, errNewerWaits) && ctx.Err() == nil && ended == nil {
+				ended = fmt.Errorf("contender %d of %s ended: %w", i%contenders, bid.Target, err)
+			}
 			mu.Unlock()
+			wake()
 		}()
 	}
 	r.created = time.Since(t0)
@@ -275,7 +306,10 @@ func (b *bench) cmScale(targets, contenders int) (scaleResult, error) {
 	}
 	r.cpuRelease = cpuSince(cpu1, t1)
 	mu.Lock()
-	r.released = last.Sub(t1)
+	r.released, r.handedOver = last.Sub(t1), waiters
+	if retried > 0 {
+		r.counts["requests retried after an error"] = retried
+	}
 	mu.Unlock()
 	return r, nil
 }

@@ -34,6 +34,7 @@ type results struct {
 	burst                   burstResult
 	enforce                 enforceResult
 	cold                    coldStart
+	pipelines               pipelineRun
 	costs                   []requestCost
 	scale                   []scaleResult
 	idle                    idleResult
@@ -74,6 +75,7 @@ type scaleResult struct {
 	row                                 string
 	claims                              int
 	created, settled, released          time.Duration
+	handedOver                          int // locks handed over in the release; every target's when zero
 	counts                              map[string]int
 	settledNote                         string
 	opSettle, opRelease                 counts
@@ -100,7 +102,16 @@ func (s scaleResult) cpuPerClaim() float64 {
 // cpuPerLock is the API server's CPU time per lock handed over, in
 // milliseconds.
 func (s scaleResult) cpuPerLock() float64 {
-	return 1000 * s.cpuRelease.secs["kube-apiserver"] / float64(targets)
+	return 1000 * s.cpuRelease.secs["kube-apiserver"] / float64(s.locksHandedOver())
+}
+
+// locksHandedOver is how many locks the release handed over: the client-side
+// peer's targets whose newest build won the create have no waiter.
+func (s scaleResult) locksHandedOver() int {
+	if s.handedOver > 0 {
+		return s.handedOver
+	}
+	return targets
 }
 
 // scaleRows returns buildlock's scale row and the client-side peer's.
