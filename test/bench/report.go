@@ -225,6 +225,7 @@ func report(r *results, plotFile string) string {
 	}
 	p("| Safety unchanged: the 5-minute chaos run finds 0 violations, with three seeds | not measured here: see [reliability.md](reliability.md) | |")
 	p("")
+	contractFloors(r, p)
 	p("## Earlier goals")
 	p("")
 	p("| Goal | Measured | |")

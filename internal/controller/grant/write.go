@@ -59,12 +59,17 @@ type FloorRead struct {
 // memory) starts above every token it issued. Nothing is read or written
 // when this manager has seen the floor hold token. Otherwise the raise is
 // a compare-and-swap on the floor as read: first on read, the live read
-// the decision was taken on (nil: none), then, after a lost race with
-// another lock's raise (a Conflict, or AlreadyExists for two creates), on
-// a new live read through live.
+// the decision was taken on (nil: none; ignored when this manager has
+// raised the floor since), then, after a lost race with another lock's
+// raise (a Conflict, or AlreadyExists for two creates), on a new live read
+// through live.
 func Reserve(ctx context.Context, c client.Client, live client.Reader, mem *Memory, namespace string, token int64, read *FloorRead) error {
 	if token <= 0 || token <= mem.Floor(namespace) {
 		return nil
+	}
+	if read != nil && read.Token < mem.Floor(namespace) {
+		// This manager raised the floor since: that read would only lose.
+		read = nil
 	}
 	return retry.OnError(retry.DefaultRetry, lostRaise, func() error {
 		floor, lease := int64(0), (*coordinationv1.Lease)(nil)
