@@ -40,8 +40,8 @@ type enforceResult struct {
 // consents, and measures n hand-offs between pipeline pods (impersonated
 // with their pod-bound token's identity, as the API server authenticates
 // one): while the holder's pod deploys without pause, its claim is deleted;
-// the hand-off's window ends at its first refused write. The writes are dry
-// runs (admission runs in full, nothing is stored).
+// the hand-off's window ends at its first refused write. The writes are
+// creates of one ConfigMap (see deploy).
 func (b *bench) enforcementWindow(n int) (enforceResult, error) {
 	var r enforceResult
 	if err := testenv.InstallEnforcement(b.ctx, b.cfg); err != nil {
@@ -118,7 +118,7 @@ func (b *bench) enforcementWindow(n int) (enforceResult, error) {
 		return err == nil && refused, nil
 	})
 	if err != nil {
-		return r, fmt.Errorf("a pipeline's dry-run write into %s was never refused while nobody held its lock: %w", target, err)
+		return r, fmt.Errorf("a pipeline's write into %s was never refused while nobody held its lock: %w", target, err)
 	}
 	if err := holder.c.Create(b.ctx, first); err != nil {
 		return r, err
@@ -216,11 +216,16 @@ func (b *bench) asPod(user string, pod *corev1.Pod) (client.Client, error) {
 	return client.New(cfg, client.Options{Scheme: testenv.Scheme()})
 }
 
-// deploy is one write of a deploy into ns, as a dry run: whether admission
-// refused it (buildlock's policy), or another error.
+// deploy is one write of a deploy into ns: whether admission refused it
+// (buildlock's policy), or another error. It is a real create, not a dry
+// run: buildlock-enforce admits every server-side dry run but the probe's
+// (kubectl diff writes nothing). Every write creates the same ConfigMap,
+// so only the first admitted one stores it; the API server runs validating
+// admission before storage, so each later write is judged in full and,
+// once admitted, answered AlreadyExists.
 func deploy(ctx context.Context, c client.Client, ns string) (refused bool, err error) {
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "deploy"}}
-	err = c.Create(ctx, cm, client.DryRunAll)
+	err = c.Create(ctx, cm)
 	switch {
 	case err == nil, apierrors.IsAlreadyExists(err):
 		return false, nil
