@@ -800,7 +800,8 @@ func (h *harness) report() {
 		relists, st.RelistChanged, st.RelistGone, st.GapDeletes, st.GapHold, st.UnseenHolds, st.GapSupersessions, st.MemorySupersessions)
 	h.figure("renewals: %d (%d stamped more than a minute ahead); holds that ended LockLost after their expiry: %d; longest a hold was seen past its end: %s (slack %s)",
 		st.Renewals, st.FarRenewals, st.LockLostExpired, st.LongestOverrun.Round(time.Millisecond), h.o.holdSlack)
-	h.figure("orderings: %d grants judged by queue order, %d queue joins followed for fairness, %d ordering changes", st.QueueGrants, st.FairnessTracked, st.OrderingChanges)
+	h.figure("orderings: %d grants judged by queue order, %d queue joins followed for fairness, %d ordering changes, %d waiting claims moved up to their line's place",
+		st.QueueGrants, st.FairnessTracked, st.OrderingChanges, st.LinePlacesTaken)
 	h.figure("records people touched: %d grant Lease versions written and %d grant Leases deleted by a person, %d token floors deleted; the operator's versions after them: %d (longest %s after), grants written again to their holder: %d, grants of what a person's edit named: %d, grants again to the holder after an edit: %d, tokens restarted after people deleted a Lease and its floor: %d; line records kept by later versions: %d",
 		st.PersonLeaseEdits, st.PersonLeaseDeletes, st.FloorDeletes, st.Repairs, st.LongestRepair.Round(time.Millisecond), st.Restores, st.FollowedEdits, st.Regrants, st.TokensRestarted, st.MemoryChecked)
 	h.figure("claims deleted while a finalizer kept them that ended: %d (longest seen being deleted before it ended: %s); Leases of somebody else's under a grant Lease's name: %d; consent labels changed: %d",

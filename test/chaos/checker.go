@@ -175,6 +175,10 @@ type CheckerStats struct {
 	QueueGrants, FairnessTracked int
 	// OrderingChanges counts policy changes of ordering seen mid-run.
 	OrderingChanges int
+	// LinePlacesTaken counts waiting claims that moved up to the place of
+	// an older build of their line (Queue, after two managers decided at
+	// once).
+	LinePlacesTaken int
 	// LongestOverrun is the longest a hold was seen going on past its end
 	// (in real time), within the slack allowed.
 	LongestOverrun time.Duration

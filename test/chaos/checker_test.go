@@ -331,6 +331,25 @@ func (h *history) expect(rules ...string) {
 	}
 }
 
+// recreatedWhileBlind: a's build held and is in the Lease's line memory;
+// b holds. The watches break; meanwhile a is deleted by the TTL, the grant
+// Lease is deleted (by a person, or else by the operator) and the operator
+// creates it again for b, remembering only b's line. Then the re-lists.
+func recreatedWhileBlind(h *history, byPerson bool) {
+	handOff(h)
+	h.remember("acme/shop", 41, h.now)
+	h.later(8 * time.Second)
+	if byPerson {
+		h.ledger.PersonDeletesLease(h.lease)
+	}
+	l := h.lease.DeepCopy()
+	l.UID, l.ResourceVersion = "lease-again", h.nextRV()
+	l.Annotations = map[string]string{LinesAnnotation: fmt.Sprintf(`[{"repo":"acme/web","branch":"main","build":7,"heldAt":%q}]`, h.now.Format(time.RFC3339Nano))}
+	h.c.RelistLeases([]coordinationv1.Lease{*l}, l.ResourceVersion)
+	b := h.claims["b"].DeepCopy()
+	h.c.RelistClaims([]buildlockv1.BuildLock{*b}, l.ResourceVersion)
+}
+
 // handOff is a correct history: A holds, B waits, A's pod finishes, the
 // grant moves to B, A's end is written, then B's hold.
 func handOff(h *history) {
@@ -409,6 +428,35 @@ func TestCheckerAccepts(t *testing.T) {
 			l.ResourceVersion = h.nextRV()
 			l.Spec.HolderIdentity, l.Spec.LeaseTransitions = ptr.To("b10-rerun/uid-b10-rerun"), ptr.To(int32(2))
 			h.c.RelistLeases([]coordinationv1.Lease{*l}, l.ResourceVersion)
+		},
+		// Seed 418858340 (bug 13): while the checker's watch was down, a
+		// person deleted the grant Lease and the operator created it again
+		// for its holder, its line memory rebuilt from the claims left:
+		// the record of a build whose claim is gone went with the old
+		// Lease. The re-list shows the new Lease, under another UID.
+		"a re-list showing the grant Lease a person deleted and the operator created again": func(h *history) {
+			recreatedWhileBlind(h, true)
+		},
+		// Seed 418858340, chaos-1/env-17: two managers decide at once. One
+		// queues build 137 of api's line; the other, whose cache does not
+		// show 137 waiting yet, queues build 138 with a place of its own
+		// (its write that supersedes 137 loses the compare-and-swap). The
+		// next decision gives 138 its line's place, 137's, and supersedes
+		// 137.
+		"Queue: a newer build queued with a place of its own, then with its line's (split brain)": func(h *history) {
+			h.setPolicy(buildlockv1.OrderingQueue, 0)
+			h.create("shop", "acme/shop", 41, "pod-shop")
+			h.hold("shop", 1)
+			h.create("api-137", "acme/api", 137, "pod-api-137")
+			h.status("api-137", buildlockv1.PhaseWaiting, buildlockv1.ReasonQueued, 0, "")
+			linePlace := h.now
+			h.create("api-138", "acme/api", 138, "pod-api-138")
+			h.later(400 * time.Millisecond)
+			h.status("api-138", buildlockv1.PhaseWaiting, buildlockv1.ReasonQueued, 0, "")
+			h.status("api-138", buildlockv1.PhaseWaiting, buildlockv1.ReasonQueued, 0, "", func(s *buildlockv1.BuildLockStatus) {
+				s.QueuedAt = &metav1.MicroTime{Time: linePlace}
+			})
+			h.status("api-137", buildlockv1.PhaseSuperseded, buildlockv1.ReasonSupersededByNewerBuild, 0, "api-138")
 		},
 		"a second workflow's lower run number": func(h *history) {
 			heldAndEnded(h, "deploy-500", "acme/shop", 500, 1)
@@ -916,6 +964,10 @@ func TestCheckerReports(t *testing.T) {
 			},
 			rules: []string{"grant-record"},
 		},
+		"a grant Lease the operator deleted while it named a holder, seen by a re-list": {
+			history: func(h *history) { recreatedWhileBlind(h, false) },
+			rules:   []string{"grant-record-kept"},
+		},
 		"a line's memory dropped within the retention": {
 			history: func(h *history) {
 				h.remember("acme/shop", 42, h.now)
@@ -1314,6 +1366,23 @@ func TestCheckerReports(t *testing.T) {
 				h.later(time.Second)
 				h.status("web", buildlockv1.PhaseWaiting, buildlockv1.ReasonQueued, 0, "", func(s *buildlockv1.BuildLockStatus) {
 					s.QueuedAt = &metav1.MicroTime{Time: h.now}
+				})
+			},
+			rules: []string{"queue-place-kept"},
+		},
+		"a queued claim moved up to the place of another line's": {
+			history: func(h *history) {
+				h.setPolicy(buildlockv1.OrderingQueue, 0)
+				h.create("shop", "acme/shop", 41, "pod-shop")
+				h.hold("shop", 1)
+				h.create("web", "acme/web", 7, "pod-web")
+				h.status("web", buildlockv1.PhaseWaiting, buildlockv1.ReasonQueued, 0, "")
+				webPlace := h.now
+				h.later(time.Second)
+				h.create("api", "acme/api", 3, "pod-api")
+				h.status("api", buildlockv1.PhaseWaiting, buildlockv1.ReasonQueued, 0, "")
+				h.status("api", buildlockv1.PhaseWaiting, buildlockv1.ReasonQueued, 0, "", func(s *buildlockv1.BuildLockStatus) {
+					s.QueuedAt = &metav1.MicroTime{Time: webPlace}
 				})
 			},
 			rules: []string{"queue-place-kept"},

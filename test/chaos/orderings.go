@@ -610,7 +610,11 @@ func (c *Checker) higherAhead(waiters []*claimView, w *claimView) bool {
 
 // checkPlaceKept: while a lock's ordering is Queue or Fifo, a waiting
 // claim's place (status.queuedAt) never changes: restarts, split brain and
-// re-lists never reorder the queue.
+// re-lists never reorder the queue. Under Queue the place is its line's:
+// a claim written Waiting with a place of its own while a build of its
+// line still waited earlier (two managers deciding at once, each status
+// write a compare-and-swap of one claim) moves up to that build's place,
+// the line's, which the line kept all along.
 func (c *Checker) checkPlaceKept(e Entry, lv *lockView, cv, prev *claimView, now time.Time) {
 	if prev == nil || phaseOf(prev.status.Phase) != buildlockv1.PhaseWaiting || phaseOf(cv.status.Phase) != buildlockv1.PhaseWaiting {
 		return
@@ -619,10 +623,27 @@ func (c *Checker) checkPlaceKept(e Entry, lv *lockView, cv, prev *claimView, now
 	if !stable || (ordering != buildlockv1.OrderingQueue && ordering != buildlockv1.OrderingFifo) {
 		return
 	}
-	if a, b := prev.queuedAt(), cv.queuedAt(); !a.Equal(b) {
+	a, b := prev.queuedAt(), cv.queuedAt()
+	switch {
+	case a.Equal(b):
+	case ordering == buildlockv1.OrderingQueue && b.Before(a) && c.lineWaitsAt(cv, b):
+		c.stats.LinePlacesTaken++
+	default:
 		c.violate(e, "queue-place-kept", "%s waits under %s and its place moved %s → %s", cv.name, ordering,
 			a.Format("15:04:05.000000"), b.Format("15:04:05.000000"))
 	}
+}
+
+// lineWaitsAt reports whether another claim of cv's lock and line, at or
+// below its build, is shown Waiting with place at.
+func (c *Checker) lineWaitsAt(cv *claimView, at time.Time) bool {
+	for _, o := range c.claims {
+		if o != cv && o.lock == cv.lock && !o.deleted && lineOf(o.spec) == lineOf(cv.spec) && o.spec.Build <= cv.spec.Build &&
+			phaseOf(o.status.Phase) == buildlockv1.PhaseWaiting && o.queuedAt().Equal(at) {
+			return true
+		}
+	}
+	return false
 }
 
 // trackFairness starts following a line that joins a Queue: with k lines

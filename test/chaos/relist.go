@@ -94,7 +94,10 @@ func (c *Checker) beginRelist(kind string, n int, rv string) time.Time {
 // floors) of the given namespaces with a list taken after the watch failed.
 // A Lease whose token moved by more than one granted the tokens between
 // unseen; a Lease missing from the list was deleted, which the operator may
-// do only to an idle Lease whose token the namespace's floor keeps.
+// do only to an idle Lease whose token the namespace's floor keeps. So was
+// a Lease listed under another UID: it was deleted and created again
+// meanwhile (a person's deletion, then the operator's restore), and it is
+// judged as that deletion followed by the new Lease.
 func (c *Checker) RelistLeases(items []coordinationv1.Lease, rv string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -108,10 +111,17 @@ func (c *Checker) RelistLeases(items []coordinationv1.Lease, rv string) {
 			present[LockKey{l.Namespace, strings.TrimPrefix(l.Name, LeasePrefix)}] = true
 		}
 		if l.Name != TokenFloorLease {
-			if lv := c.locks[LockKey{l.Namespace, strings.TrimPrefix(l.Name, LeasePrefix)}]; lv != nil && lv.lease != nil && lv.lease.ResourceVersion == l.ResourceVersion {
+			k := LockKey{l.Namespace, strings.TrimPrefix(l.Name, LeasePrefix)}
+			lv := c.locks[k]
+			if lv != nil && lv.lease != nil && lv.lease.ResourceVersion == l.ResourceVersion {
 				continue
 			}
 			c.stats.RelistChanged++
+			if lv != nil && lv.lease != nil && !lv.leaseDeleted && lv.lease.UID != l.UID {
+				c.stats.RelistGone++
+				e := c.record(Entry{At: now, Kind: "Lease", Type: Relisted, Lock: k, Name: lv.lease.Name, UID: lv.lease.UID, What: "gone: created again as " + string(l.UID)})
+				c.checkLeaseDeletion(e, lv, lv.lease, true)
+			}
 		}
 		c.observeLease(Relisted, l)
 	}
