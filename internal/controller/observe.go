@@ -41,7 +41,7 @@ type observation struct {
 	// be granted.
 	foreign *coordinationv1.Lease
 	// floor is the namespace's token floor, read live only when lease is
-	// nil or behind (observer.leaseBehind); floorRead is that read (its Lease, nil if there is none), from
+	// nil; floorRead is that read (its Lease, nil if there is none), from
 	// which the grant's reservation starts (grant.Reserve).
 	floor     int64
 	floorRead *grant.FloorRead
@@ -211,12 +211,10 @@ func (o observer) leaseAndPods(ctx context.Context, reader client.Reader, lock a
 			// Someone else's Lease has the grant Lease's name (only a live
 			// read sees it: the cache holds buildlock's alone).
 			obs.foreign, obs.lease = obs.lease, nil
-		case obs.lease == nil || o.leaseBehind(lock, obs.lease, claims):
-			// A lock without a Lease, or whose Lease shows a token below
-			// one its claims or this manager's memory show (someone
-			// lowered it: the token of a version nobody here saw may be
-			// higher still), issues tokens above the namespace's token
-			// floor, which holds every token issued there (grant.Reserve).
+		case obs.lease == nil:
+			// A lock without a Lease issues tokens above the namespace's
+			// token floor, which holds every token issued there
+			// (grant.Reserve).
 			var floorLease *coordinationv1.Lease
 			obs.floor, floorLease, leaseErr = grant.ReadTokenFloor(ctx, o.apiReader, lock.Namespace)
 			obs.floorRead = &grant.FloorRead{Token: obs.floor, Lease: floorLease}
@@ -229,29 +227,6 @@ func (o observer) leaseAndPods(ctx context.Context, reader client.Reader, lock a
 		return observation{}, leaseErr
 	}
 	return obs, nil
-}
-
-// leaseBehind reports whether lease carries a token that someone other than
-// the operator wrote: below the highest that this manager remembers or
-// that a claim shows, or, while it names a holder, no higher than another
-// claim's (a holder's grant is the latest). Tokens never go back, so the
-// token of a version nobody here saw may be higher still.
-func (o observer) leaseBehind(lock arbiter.Lock, lease *coordinationv1.Lease, claims []buildlockv1.BuildLock) bool {
-	token := buildlockv1.GrantToken(lease)
-	if token < o.memory.Highest(lock) {
-		return true
-	}
-	var holderUID types.UID
-	if lease.Spec.HolderIdentity != nil {
-		_, holderUID = buildlockv1.ParseGrantHolder(*lease.Spec.HolderIdentity)
-	}
-	for i := range claims {
-		shown := claims[i].Status.FencingToken
-		if shown > token || holderUID != "" && claims[i].UID != holderUID && shown > 0 && shown == token {
-			return true
-		}
-	}
-	return false
 }
 
 // listClaims lists the BuildLocks of one lock through reader (the cache, or

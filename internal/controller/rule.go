@@ -101,8 +101,7 @@ import (
 // The reads the decision does not name follow the same rule where they are
 // made: a pod counts as finished on the cache's word and as gone only on a
 // live read (observer.pods); the namespace's token floor is read live
-// whenever a Lease may be created, or the Lease shows a token below one the
-// claims or the memory show (grant.ReadTokenFloor, observer.leaseBehind); the manager's
+// whenever a Lease may be created (grant.ReadTokenFloor); the manager's
 // memory of tokens only grows (grant.Memory); a claim's spec.requester is
 // its identity only on claims created well after the policy that stamps it
 // (admission.Policies.RequestersVerifiedSince).
