@@ -816,19 +816,11 @@ func (d *decider) endedHold() Ending {
 }
 
 // maxToken is the highest fencing token known (rule 6): the record's, its
-// floor, the input's reservation, every claim's, and every token the
-// record's lines and audit recall (a record whose token someone lowered by
-// hand still recalls the holds it recorded).
+// floor, the input's reservation, and every claim's.
 func (d *decider) maxToken() int64 {
 	highest := max(d.grant.Token, d.grant.Floor, d.reserved)
 	for _, c := range d.claims {
 		highest = max(highest, c.FencingToken)
-	}
-	for _, r := range d.grant.Lines {
-		highest = max(highest, r.Token)
-	}
-	for _, e := range d.grant.Audit {
-		highest = max(highest, e.Token)
 	}
 	return highest
 }

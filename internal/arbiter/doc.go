@@ -123,9 +123,8 @@
 //     single waiting slot (Waiting, WaitingForHolder) and every other is
 //     Superseded (SupersededByNewerBuild) by it; with Queue and Fifo all the
 //     others wait (Waiting, Queued) with their places. The grant's fencing
-//     token is one above the highest known: the grant's, every token its
-//     Lines and Audit recall, and every input claim's, terminal ones
-//     included, the grant's Floor (what the
+//     token is one above the highest known: the grant's and every input
+//     claim's, terminal ones included, the grant's Floor (what the
 //     operator knows was issued besides) and its Reserved (the bound the
 //     namespace's token floor keeps of every token issued there), so that
 //     a token is never reused even if the grant record was lost. A freed lock keeps that highest

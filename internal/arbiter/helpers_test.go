@@ -530,12 +530,6 @@ func checkInvariants(in input, d Decision) error {
 	}
 	granted, restored := grantedClaim(in.claims, in.grant)
 	maxToken := max(in.grant.Token, in.grant.Floor, in.grant.Reserved)
-	for _, r := range in.grant.Lines {
-		maxToken = max(maxToken, r.Token)
-	}
-	for _, e := range in.grant.Audit {
-		maxToken = max(maxToken, e.Token)
-	}
 	var heldNames, waitingNames []string
 	for i, c := range in.claims {
 		maxToken = max(maxToken, c.FencingToken)

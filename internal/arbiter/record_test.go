@@ -62,14 +62,6 @@ func TestALostOrEditedRecordIsRestored(t *testing.T) {
 			want:   map[string]string{"web-6": "Held Acquired"},
 			holder: "web-6", grantChanged: true, token: 122,
 		},
-		"a record whose token was lowered by hand after its holder went: the next token is above what its lines recall": {
-			claims: []Claim{inPhase(heldSince(web5, 3, 10), Released), claim("shop-42", shop, 42, 40)},
-			grant: Grant{Holder: "gone", HolderUID: "uid-gone", Token: 1, AcquiredAt: at(30),
-				Lines: []LineRecord{{Repo: "acme/web", Branch: "main", Build: 5, HeldAt: at(10), Token: 3}, {Repo: "acme/app", Branch: "main", Build: 9, HeldAt: at(30), Token: 4}},
-				Audit: []AuditEntry{{Kind: "Rollback", At: at(20), Name: "old", Token: 6}}},
-			want:   map[string]string{"web-5": "Released (unchanged)", "shop-42": "Held Acquired"},
-			holder: "shop-42", grantChanged: true, token: 7,
-		},
 		"a record edited to name the waiter names the holder again": {
 			claims: []Claim{holder, waiter}, grant: Grant{Holder: "shop-42", HolderUID: "uid-shop-42", Token: 7, AcquiredAt: at(30)},
 			want:   map[string]string{"web-5": "Held Acquired", "shop-42": "Waiting WaitingForHolder"},

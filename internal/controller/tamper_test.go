@@ -136,30 +136,6 @@ var _ = Describe("A lock whose Leases people touch", func() {
 		Expect(expectPhase(ns, "web-7", buildlockv1.PhaseHeld).Status.FencingToken).To(BeNumerically(">", 3))
 	})
 
-	It("never repeats a token after someone lowers a held lock's Lease token and its holder goes while no manager runs", func() {
-		ns := newNamespace()
-		first, err := testenv.StartManager(ctx, cfg, testenv.ManagerOptions{Namespaces: []string{ns}})
-		Expect(err).NotTo(HaveOccurred())
-		// shop-2 held token 2 and released it (its claim is kept); shop-3
-		// holds token 3.
-		createClaim(ns, "shop-2", claimOpts{repo: "acme/shop", build: 2, pod: "shop-2"})
-		expectPhase(ns, "shop-2", buildlockv1.PhaseHeld)
-		createClaim(ns, "shop-3", claimOpts{repo: "acme/shop", build: 3, pod: "shop-3"})
-		setPodPhase(ns, "shop-2", corev1.PodSucceeded)
-		held := expectPhase(ns, "shop-3", buildlockv1.PhaseHeld).Status.FencingToken
-		Expect(expectPhase(ns, "shop-2", buildlockv1.PhaseReleased).Status.FencingToken).To(BeNumerically("<", held))
-		Expect(first.Stop()).To(Succeed())
-
-		// The Lease still names shop-3, with the token shop-2 showed, and
-		// shop-3 goes: nothing but the Lease's own line records (and the
-		// namespace's floor) knows its token now.
-		editLease(ns, "staging", func(l *coordinationv1.Lease) { l.Spec.LeaseTransitions = ptr.To(int32(1)) })
-		Expect(k8sClient.Delete(ctx, getClaim(Default, ns, "shop-3"))).To(Succeed())
-		startManager(testenv.ManagerOptions{}, ns)
-		createClaim(ns, "web-7", claimOpts{repo: "acme/web", build: 7, pod: "web-7"})
-		Expect(expectPhase(ns, "web-7", buildlockv1.PhaseHeld).Status.FencingToken).To(BeNumerically(">", held))
-	})
-
 	It("restores a deleted token floor, and never repeats a token", func() {
 		ns := newNamespace()
 		startManager(testenv.ManagerOptions{GrantRetention: 2 * time.Second}, ns)
