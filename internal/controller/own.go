@@ -5,15 +5,10 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/resourceversion"
 
 	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
+	"github.com/buildlock/buildlock/internal/controller/grant"
 )
-
-// ownStatusKept is how long a manager prefers its own latest status write
-// of a claim to an older version of that claim in its cache: the cache
-// shows the write within moments.
-const ownStatusKept = 5 * time.Second
 
 // ownStatuses are the claims as this manager's latest status writes left
 // them, until the cache shows those writes. A reconcile that follows its
@@ -48,10 +43,10 @@ func (o *ownStatuses) wrote(bl *buildlockv1.BuildLock, now time.Time) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.written[bl.UID] = ownStatus{claim: bl.DeepCopy(), at: now}
-	if now.Sub(o.swept) > ownStatusKept {
+	if now.Sub(o.swept) > grant.OwnWriteKept {
 		// Claims that went before the cache showed their last write.
 		for uid, w := range o.written {
-			if now.Sub(w.at) > ownStatusKept {
+			if now.Sub(w.at) > grant.OwnWriteKept {
 				delete(o.written, uid)
 			}
 		}
@@ -73,8 +68,7 @@ func (o *ownStatuses) fresher(claims []buildlockv1.BuildLock, now time.Time) {
 		if !ok {
 			continue
 		}
-		newer, err := resourceversion.CompareResourceVersion(w.claim.ResourceVersion, claims[i].ResourceVersion)
-		if err != nil || newer <= 0 || now.Sub(w.at) > ownStatusKept {
+		if !grant.OwnWriteStands(w.claim.ResourceVersion, claims[i].ResourceVersion, w.at, now) {
 			delete(o.written, claims[i].UID)
 			continue
 		}

@@ -8,12 +8,13 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
+	"github.com/buildlock/buildlock/internal/controller/grant"
 )
 
 // TestOwnStatusesAreAFresherVersionOfListedClaimsOnly: a claim this manager
 // wrote since the cache's version is decided as written; the cache's word
 // stands once it shows the write or a later version, or the write is older
-// than ownStatusKept; and a claim the cache does not list is never brought
+// than grant.OwnWriteKept; and a claim the cache does not list is never brought
 // back.
 func TestOwnStatusesAreAFresherVersionOfListedClaimsOnly(t *testing.T) {
 	t0 := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
@@ -38,7 +39,7 @@ func TestOwnStatusesAreAFresherVersionOfListedClaimsOnly(t *testing.T) {
 		{"the claim is gone from the cache", claim("b", "20", buildlockv1.PhaseHeld),
 			[]buildlockv1.BuildLock{claim("a", "5", buildlockv1.PhaseWaiting)}, time.Millisecond, []buildlockv1.Phase{buildlockv1.PhaseWaiting}},
 		{"the write is older than it is kept", claim("b", "20", buildlockv1.PhaseHeld),
-			[]buildlockv1.BuildLock{claim("b", "10", buildlockv1.PhaseWaiting)}, ownStatusKept + time.Millisecond, []buildlockv1.Phase{buildlockv1.PhaseWaiting}},
+			[]buildlockv1.BuildLock{claim("b", "10", buildlockv1.PhaseWaiting)}, grant.OwnWriteKept + time.Millisecond, []buildlockv1.Phase{buildlockv1.PhaseWaiting}},
 		{"resourceVersions that do not compare", claim("b", "20", buildlockv1.PhaseHeld),
 			[]buildlockv1.BuildLock{claim("b", "y10", buildlockv1.PhaseWaiting)}, time.Millisecond, []buildlockv1.Phase{buildlockv1.PhaseWaiting}},
 	} {
@@ -67,7 +68,7 @@ func TestOwnStatusesAreAFresherVersionOfListedClaimsOnly(t *testing.T) {
 		gone := claim("gone", "1", buildlockv1.PhaseHeld)
 		own.wrote(&gone, t0)
 		later := claim("b", "2", buildlockv1.PhaseHeld)
-		own.wrote(&later, t0.Add(2*ownStatusKept))
+		own.wrote(&later, t0.Add(2*grant.OwnWriteKept))
 		if _, kept := own.written["gone"]; kept {
 			t.Error("the write of a claim that went is still kept")
 		}

@@ -51,13 +51,31 @@ type ownWrite struct {
 	at    time.Time
 }
 
-// ownWriteKept is how long a manager prefers its own latest write of a
-// grant Lease to an older version in its cache. The cache shows the write
-// within moments; this bounds what a write the cache never shows (the Lease
-// deleted before the watch delivered it, then a re-list) can make a
-// decision assume: a compare-and-swap on it fails, and the lock is decided
-// again on live reads.
-const ownWriteKept = 5 * time.Second
+// OwnWriteKept is how long a manager prefers its own latest write of an
+// object (a grant Lease, a claim's status) to an older version in its
+// cache. The cache shows the write within moments; this bounds what a
+// write the cache never shows (the object deleted before the watch
+// delivered it, then a re-list) can make a decision assume: a
+// compare-and-swap on it fails, and the lock is decided again on live
+// reads.
+const OwnWriteKept = 5 * time.Second
+
+// OwnWriteStands reports whether this manager's write at writtenAt, which
+// left the object at resourceVersion own, is still the version to decide
+// with at now rather than the cache's, cached ("": the cache has none):
+// kept for less than OwnWriteKept, and later than the cache's.
+// resourceVersions that do not compare as the API server's integers leave
+// the cache's word standing.
+func OwnWriteStands(own, cached string, writtenAt, now time.Time) bool {
+	if now.Sub(writtenAt) > OwnWriteKept {
+		return false
+	}
+	if cached == "" {
+		return true
+	}
+	newer, err := resourceversion.CompareResourceVersion(own, cached)
+	return err == nil && newer > 0
+}
 
 // ownWritesKept is how many of its latest writes of one Lease a manager
 // recognizes as its own.
@@ -161,9 +179,8 @@ func (m *Memory) Granted(lease *coordinationv1.Lease, now time.Time) {
 // the cache's version (nil: the cache has none), unless this manager wrote
 // it since (Granted) and the cache does not show that write yet; then that
 // write. A write is forgotten once the cache shows it or a later version,
-// once the Lease is seen deleted, and ownWriteKept after it was made;
-// resourceVersions that do not compare as the API server's integers leave
-// the cache's word standing.
+// once the Lease is seen deleted, and OwnWriteKept after it was made
+// (OwnWriteStands).
 func (m *Memory) Fresher(key types.NamespacedName, cached *coordinationv1.Lease, now time.Time) *coordinationv1.Lease {
 	if m == nil {
 		return cached
@@ -174,16 +191,13 @@ func (m *Memory) Fresher(key types.NamespacedName, cached *coordinationv1.Lease,
 	if !ok {
 		return cached
 	}
-	if now.Sub(own.at) > ownWriteKept {
+	cachedVersion := ""
+	if cached != nil {
+		cachedVersion = cached.ResourceVersion
+	}
+	if !OwnWriteStands(own.lease.ResourceVersion, cachedVersion, own.at, now) {
 		delete(m.latest, key)
 		return cached
-	}
-	if cached != nil {
-		newer, err := resourceversion.CompareResourceVersion(own.lease.ResourceVersion, cached.ResourceVersion)
-		if err != nil || newer <= 0 {
-			delete(m.latest, key)
-			return cached
-		}
 	}
 	return own.lease.DeepCopy()
 }

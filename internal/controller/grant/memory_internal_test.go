@@ -14,7 +14,7 @@ import (
 // the cache right after this manager's grant starts from that grant, not
 // from the version before it; and from the cache's word as soon as the
 // cache shows the write or anything later, the Lease is seen deleted, or
-// the write is older than ownWriteKept.
+// the write is older than OwnWriteKept.
 func TestFresherPrefersTheOwnWriteTheCacheDoesNotShowYet(t *testing.T) {
 	t0 := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
 	key := types.NamespacedName{Namespace: "ci", Name: "buildlock-staging"}
@@ -39,7 +39,7 @@ func TestFresherPrefersTheOwnWriteTheCacheDoesNotShowYet(t *testing.T) {
 		{"the cache shows the write", version("100", 4), false, version("100", 4), time.Millisecond, "100", "100"},
 		{"the cache shows a later write (another manager's)", version("100", 4), false, version("120", 5), time.Millisecond, "120", "120"},
 		{"the Lease was seen deleted since", version("100", 4), true, nil, time.Millisecond, "", ""},
-		{"the write is older than it is kept", version("100", 4), false, version("90", 3), ownWriteKept + time.Millisecond, "90", "90"},
+		{"the write is older than it is kept", version("100", 4), false, version("90", 3), OwnWriteKept + time.Millisecond, "90", "90"},
 		{"resourceVersions that do not compare", version("100", 4), false, version("x90", 3), time.Millisecond, "x90", "x90"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

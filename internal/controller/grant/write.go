@@ -64,10 +64,11 @@ type FloorRead struct {
 // raise (a Conflict, or AlreadyExists for two creates), on a new live read
 // through live.
 func Reserve(ctx context.Context, c client.Client, live client.Reader, mem *Memory, namespace string, token int64, read *FloorRead) error {
-	if token <= 0 || token <= mem.Floor(namespace) {
+	known := mem.Floor(namespace)
+	if token <= 0 || token <= known {
 		return nil
 	}
-	if read != nil && read.Token < mem.Floor(namespace) {
+	if read != nil && read.Token < known {
 		// This manager raised the floor since: that read would only lose.
 		read = nil
 	}
