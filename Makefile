@@ -90,10 +90,16 @@ lint: $(GOLANGCI_LINT) ## Run golangci-lint with .golangci.yml.
 	$(GOLANGCI_LINT) run ./...
 
 .PHONY: verify
-verify: manifests generate verify-chart ## Fail when generated files (or the chart's copies of them) are stale.
+verify: manifests generate verify-chart verify-tracked ## Fail when generated files (or the chart's copies of them) are stale, or git tracks a build output.
 	@if [ -n "$$(git status --porcelain -- api config charts)" ]; then \
 		echo "Generated files are stale; run 'make manifests generate' and commit:"; \
 		git status --porcelain -- api config charts; git --no-pager diff -- api config charts | head -50; exit 1; fi
+
+# Build outputs (bin/, dist/, /manager) are ignored; this catches one that was
+# added anyway: an executable, or any file over 1 MiB.
+.PHONY: verify-tracked
+verify-tracked: ## Fail when git tracks an executable or a file over 1 MiB.
+	hack/check-tracked.sh
 
 ##@ Build
 
