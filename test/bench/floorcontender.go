@@ -39,9 +39,9 @@ type floorOperator struct {
 	c       client.WithWatch // counted by count
 	count   *counter
 	ns      string
-	queue   chan func(context.Context) error
-	qmu     sync.Mutex // guards stopped and sends on queue
-	stopped bool       // the run is over: events still arriving are dropped
+	queue   chan *floorLock // locks with work to do, each on the queue or a worker at most once
+	qmu     sync.Mutex      // guards stopped and sends on queue
+	stopped bool            // the run is over: events still arriving are dropped
 	wg      sync.WaitGroup
 	mu      sync.Mutex
 	locks   map[string]*floorLock
@@ -52,14 +52,19 @@ type floorOperator struct {
 	fail context.CancelCauseFunc
 }
 
-// floorLock is what the floor operator knows of one lock.
+// floorLock is what the floor operator knows of one lock. Its work runs as
+// the operator's reconciles of a lock do: one worker at a time, while the
+// other workers serve other locks.
 type floorLock struct {
-	target string
-	mu     sync.Mutex // orders the lock's writes
+	target  string
+	mu      sync.Mutex // guards the fields up to queued
+	claims  int
+	holder  string
+	pending []func(context.Context) error
+	queued  bool // on the queue or on a worker, which runs pending in order
+	// The lock's work alone touches these, one item at a time.
 	lease  *coordinationv1.Lease
-	holder string
 	waiter *buildlockv1.BuildLock // as last written
-	claims int
 }
 
 // startFloorOperator starts the floor operator's workers for ns. Its first
@@ -76,28 +81,44 @@ func (b *bench) startFloorOperator(ctx context.Context, fail context.CancelCause
 // runFloorOperator starts the floor operator's workers with c, whose
 // requests count counts.
 func runFloorOperator(ctx context.Context, fail context.CancelCauseFunc, c client.WithWatch, count *counter, ns string, workers int) *floorOperator {
-	f := &floorOperator{c: c, count: count, ns: ns, queue: make(chan func(context.Context) error, 1<<16),
+	f := &floorOperator{c: c, count: count, ns: ns, queue: make(chan *floorLock, 1<<16),
 		locks: map[string]*floorLock{}, holders: map[string]*floorLock{}, fail: fail}
 	for range workers {
 		f.wg.Go(func() {
-			for item := range f.queue {
-				if err := item(ctx); err != nil {
-					f.mu.Lock()
-					if f.failed == nil {
-						f.failed = err
-						f.fail(err)
-					}
-					f.mu.Unlock()
-				}
+			for l := range f.queue {
+				f.work(ctx, l)
 			}
 		})
 	}
 	return f
 }
 
-// stop waits for the writes queued so far and returns the first that failed.
-// The watch may still deliver events (the harness's cleanup): they are
-// dropped.
+// work runs l's pending items in order, until none is left.
+func (f *floorOperator) work(ctx context.Context, l *floorLock) {
+	for {
+		l.mu.Lock()
+		if len(l.pending) == 0 {
+			l.queued = false
+			l.mu.Unlock()
+			return
+		}
+		item := l.pending[0]
+		l.pending = l.pending[1:]
+		l.mu.Unlock()
+		if err := item(ctx); err != nil {
+			f.mu.Lock()
+			if f.failed == nil {
+				f.failed = err
+				f.fail(err)
+			}
+			f.mu.Unlock()
+		}
+	}
+}
+
+// stop waits for the work queued so far and returns the first write that
+// failed. The watch may still deliver events (the harness's cleanup): they
+// are dropped.
 func (f *floorOperator) stop() error {
 	f.qmu.Lock()
 	f.stopped = true
@@ -107,12 +128,21 @@ func (f *floorOperator) stop() error {
 	return f.err()
 }
 
-// enqueue queues one unit of work, unless the run is over.
-func (f *floorOperator) enqueue(item func(context.Context) error) {
+// enqueue adds item to l's work, and queues l unless it is queued or
+// running already; nothing once the run is over.
+func (f *floorOperator) enqueue(l *floorLock, item func(context.Context) error) {
+	l.mu.Lock()
+	l.pending = append(l.pending, item)
+	queued := l.queued
+	l.queued = true
+	l.mu.Unlock()
+	if queued {
+		return
+	}
 	f.qmu.Lock()
 	defer f.qmu.Unlock()
 	if !f.stopped {
-		f.queue <- item
+		f.queue <- l
 	}
 }
 
@@ -163,33 +193,28 @@ func (f *floorOperator) decide(bl *buildlockv1.BuildLock) {
 	}
 	holder := l.holder
 	l.mu.Unlock()
-	f.enqueue(func(ctx context.Context) error {
-		l.mu.Lock()
-		defer l.mu.Unlock()
+	f.enqueue(l, func(ctx context.Context) error {
 		now := time.Now()
-		switch n {
-		case 0:
+		if n == 0 {
 			return f.grant(ctx, l, bl, now)
-		case 1:
-			updated := bl.DeepCopy()
-			updated.Status = floorWaiting(bl, holder, now)
-			if err := f.c.Status().Update(ctx, updated); err != nil {
-				return fmt.Errorf("floor: writing the status of %s: %w", bl.Name, err)
-			}
-			l.waiter = updated
-			return nil
 		}
 		updated := bl.DeepCopy()
 		updated.Status = floorSuperseded(bl, holder, now)
+		if n == 1 {
+			updated.Status = floorWaiting(bl, holder, now)
+		}
 		if err := f.c.Status().Update(ctx, updated); err != nil {
 			return fmt.Errorf("floor: writing the status of %s: %w", bl.Name, err)
+		}
+		if n == 1 {
+			l.waiter = updated
 		}
 		return nil
 	})
 }
 
 // grant creates or updates l's Lease to name bl, then writes bl's Held
-// status. The caller holds l.mu.
+// status. It runs as l's work.
 func (f *floorOperator) grant(ctx context.Context, l *floorLock, bl *buildlockv1.BuildLock, now time.Time) error {
 	token := int32(1)
 	if l.lease == nil {
@@ -228,14 +253,15 @@ func (f *floorOperator) handOver(name string) {
 	if l == nil {
 		return
 	}
-	f.enqueue(func(ctx context.Context) error {
-		l.mu.Lock()
-		defer l.mu.Unlock()
+	f.enqueue(l, func(ctx context.Context) error {
 		next := l.waiter
 		if next == nil {
 			return nil // nobody waits: the lock stays free
 		}
-		l.holder, l.waiter = next.Name, nil
+		l.waiter = nil
+		l.mu.Lock()
+		l.holder = next.Name
+		l.mu.Unlock()
 		f.mu.Lock()
 		f.holders[next.Name] = l
 		f.mu.Unlock()
@@ -265,19 +291,19 @@ func (f *floorOperator) decideListed(ctx context.Context) error {
 		claims := byTarget[target]
 		slices.SortFunc(claims, func(a, b *buildlockv1.BuildLock) int { return cmpNames(a.Name, b.Name) })
 		l := f.lockOf(target)
-		f.enqueue(func(ctx context.Context) error {
-			l.mu.Lock()
-			defer l.mu.Unlock()
+		l.mu.Lock()
+		l.holder, l.claims = claims[0].Name, len(claims)
+		l.mu.Unlock()
+		f.enqueue(l, func(ctx context.Context) error {
 			now := time.Now()
-			l.holder, l.claims = claims[0].Name, len(claims)
 			if err := f.grant(ctx, l, claims[0], now); err != nil {
 				return err
 			}
 			for i, bl := range claims[1:] {
 				updated := bl.DeepCopy()
-				updated.Status = floorSuperseded(bl, l.holder, now)
+				updated.Status = floorSuperseded(bl, claims[0].Name, now)
 				if i == 0 {
-					updated.Status = floorWaiting(bl, l.holder, now)
+					updated.Status = floorWaiting(bl, claims[0].Name, now)
 				}
 				if err := f.c.Status().Update(ctx, updated); err != nil {
 					return fmt.Errorf("floor: writing the status of %s: %w", bl.Name, err)
