@@ -295,8 +295,12 @@ func pipelineGoals(r *results) []goalRow {
 		latency.verdict = yesNo(pr.goalMet())
 	}
 	least := pr.leastWrites()
+	leastPerGrant := float64(least) / float64(max(pr.grants, 1))
 	writes.floor = fmt.Sprintf("%d writes = %.2f per grant: a status per claim (%d), a Lease write per grant (%d), a second status per waiter granted (%d)",
-		least, float64(least)/float64(max(pr.grants, 1)), pr.pipelines, pr.grants, len(pr.handoffs))
+		least, leastPerGrant, pr.pipelines, pr.grants, len(pr.handoffs))
+	if leastPerGrant > 3 {
+		writes.floor += "; above the bound: out of reach on this draw"
+	}
 	writes.measured, writes.verdict = notMeasuredText, notMeasured
 	if pr.grants > 0 {
 		perGrant := pr.writes / float64(pr.grants)
