@@ -69,7 +69,8 @@ type claimed struct {
 type scenarios struct{ free bool }
 
 // clientAcquires takes n samples (after the warm-up) of each scenario with
-// cl, in a namespace of its own, letting the operator go idle between them.
+// the claimant newClaimant makes, in a namespace of its own, letting the
+// operator go idle between them.
 func (b *bench) clientAcquires(name string, n int, sc scenarios, newClaimant func(ns string, tr *claimTracker) (claimant, error)) (clientRun, error) {
 	var r clientRun
 	ns := b.namespace(name)
@@ -83,128 +84,181 @@ func (b *bench) clientAcquires(name string, n int, sc scenarios, newClaimant fun
 	}
 	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Minute)
 	defer cancel()
-	claimOf := func(name, target, repo string, build int64) lock.Claim {
-		return lock.Claim{Namespace: ns, Name: name, Target: target, Repo: repo, Branch: "main", Build: build,
-			RunID: name, ExpiresAfter: 10 * time.Minute}
-	}
-	idle := func() { b.ops.quiesce(quietFor, quietMax) }
-	// release gives back a hold, and fails the run on a verdict other than
-	// want.
-	expect := func(got claimed, err error, held bool, what string) error {
-		switch {
-		case err != nil:
-			return fmt.Errorf("%s: %w", what, err)
-		case got.held != held && got.release != nil:
-			return errors.Join(fmt.Errorf("%s: held, where it should not", what), got.release())
-		case got.held != held:
-			return fmt.Errorf("%s: not held, where it should", what)
-		}
-		return nil
-	}
-	keep := func(i int, into *[]time.Duration, d time.Duration) {
-		if i >= warmup {
-			*into = append(*into, d)
-		}
-	}
-
+	s := &clientSession{b: b, ctx: ctx, ns: ns, tr: tr, cl: cl, n: n}
 	if sc.free {
-		counted, _ := cl.(interface{ counts() counts })
-		for i := range warmup + n {
-			var c0 counts
-			if counted != nil {
-				c0 = counted.counts()
-			}
-			got, err := cl.claim(ctx, claimOf(fmt.Sprintf("free-%d", i), fmt.Sprintf("free-%d", i), "acme/app", int64(i+1)))
-			if err := expect(got, err, true, "a free lock on a new target"); err != nil {
-				return r, err
-			}
-			keep(i, &r.free, got.learned.Sub(got.began))
-			if i >= warmup && counted != nil {
-				r.requests = r.requests.plus(counted.counts().minus(c0))
-			}
-			if err := got.release(); err != nil {
-				return r, err
-			}
-			idle()
+		if r.free, r.requests, err = s.freeLocks("free", false); err != nil {
+			return r, err
 		}
-		for i := range warmup + n {
-			got, err := cl.claim(ctx, claimOf(fmt.Sprintf("kept-%d", i), "kept", "acme/app", int64(i+1)))
-			if err := expect(got, err, true, "a free lock whose Lease is kept"); err != nil {
-				return r, err
-			}
-			keep(i, &r.freeKept, got.learned.Sub(got.began))
-			if err := got.release(); err != nil {
-				return r, err
-			}
-			if err := b.waitFree(ns, "kept"); err != nil {
-				return r, err
-			}
-			idle()
+		if r.freeKept, _, err = s.freeLocks("kept", true); err != nil {
+			return r, err
 		}
 	}
-
-	// Superseded on arrival: the holder of "held" holds with a build above
-	// every build of its line that arrives after it.
-	if err := b.holdWithRawClaim(ctx, tr, ns, "holder-held", "held", "acme/app", 1<<40); err != nil {
+	if r.supersededNow, err = s.supersededOnArrival(); err != nil {
 		return r, err
 	}
-	for i := range warmup + n {
-		c := claimOf(fmt.Sprintf("late-%d", i), "held", "acme/app", int64(i+1))
-		got, err := cl.claim(ctx, c)
-		if err := expect(got, err, false, "a build below its line's holder"); err != nil {
-			return r, err
-		}
-		keep(i, &r.supersededNow, got.learned.Sub(got.began))
-		if err := b.deleteObject(&buildlockv1.BuildLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: c.Name}}); err != nil {
-			return r, err
-		}
-		idle()
-	}
-
-	// Superseded while waiting: on "waited", held by another line, the
-	// claim waits until a newer build of its line takes its place.
-	if err := b.holdWithRawClaim(ctx, tr, ns, "holder-waited", "waited", "acme/holder", 1); err != nil {
+	if r.supersededWaiting, err = s.supersededWhileWaiting(); err != nil {
 		return r, err
 	}
-	for i := range warmup + n {
-		c := claimOf(fmt.Sprintf("waiting-%d", i), "waited", "acme/app", int64(2*i+1))
-		type outcome struct {
-			got claimed
-			err error
-		}
-		done := make(chan outcome, 1)
-		go func() {
-			got, err := cl.claim(ctx, c)
-			done <- outcome{got, err}
-		}()
-		if _, err := tr.waitPhase(ctx, c.Name, buildlockv1.PhaseWaiting); err != nil {
-			cancel()
-			return r, errors.Join(err, (<-done).err)
-		}
-		idle()
-		newer := blClaim(ns, fmt.Sprintf("newer-%d", i), "waited", "acme/app", int64(2*i+2), "")
-		t0 := time.Now()
-		if err := b.c.Create(ctx, newer); err != nil {
-			cancel()
-			return r, errors.Join(err, (<-done).err)
-		}
-		o := <-done
-		if err := expect(o.got, o.err, false, "a waiting claim when a newer build of its line arrives"); err != nil {
-			return r, err
-		}
-		keep(i, &r.supersededWaiting, o.got.learned.Sub(t0))
-		for _, name := range []string{newer.Name, c.Name} {
-			if err := b.deleteObject(&buildlockv1.BuildLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}); err != nil {
-				return r, err
-			}
-		}
-		idle()
-	}
-	if s, ok := cl.(interface{ startups() []time.Duration }); ok {
-		r.startup = s.startups()
+	if st, ok := cl.(interface{ startups() []time.Duration }); ok {
+		r.startup = st.startups()
 	}
 	r.measured = true
 	return r, nil
+}
+
+// clientSession is one claimant's samples in its namespace.
+type clientSession struct {
+	b   *bench
+	ctx context.Context
+	ns  string
+	tr  *claimTracker
+	cl  claimant
+	n   int // samples after the warm-up
+}
+
+func (s *clientSession) claimOf(name, target, repo string, build int64) lock.Claim {
+	return lock.Claim{Namespace: s.ns, Name: name, Target: target, Repo: repo, Branch: "main", Build: build,
+		RunID: name, ExpiresAfter: 10 * time.Minute}
+}
+
+// idle waits until the operator is idle, so that one sample's work does not
+// run into the next.
+func (s *clientSession) idle() { s.b.ops.quiesce(quietFor, quietMax) }
+
+// expect fails on an error or a verdict other than held says, giving back a
+// hold it did not want.
+func expect(got claimed, err error, held bool, what string) error {
+	switch {
+	case err != nil:
+		return fmt.Errorf("%s: %w", what, err)
+	case got.held != held && got.release != nil:
+		return errors.Join(fmt.Errorf("%s: held, where it should not", what), got.release())
+	case got.held != held:
+		return fmt.Errorf("%s: not held, where it should", what)
+	}
+	return nil
+}
+
+// keep adds sample i to into, unless it is a warm-up.
+func keep(i int, into *[]time.Duration, d time.Duration) {
+	if i >= warmup {
+		*into = append(*into, d)
+	}
+}
+
+// delete deletes the named claims, outside the samples.
+func (s *clientSession) delete(names ...string) error {
+	for _, name := range names {
+		if err := s.b.deleteObject(&buildlockv1.BuildLock{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: name}}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// freeLocks acquires free locks: a new target each time, or, kept, one
+// target whose Lease its last holder left free; and the claimant's requests
+// within the samples, when it counts them.
+func (s *clientSession) freeLocks(prefix string, kept bool) ([]time.Duration, counts, error) {
+	var lat []time.Duration
+	var requests counts
+	counted, _ := s.cl.(interface{ counts() counts })
+	for i := range warmup + s.n {
+		target := fmt.Sprintf("%s-%d", prefix, i)
+		if kept {
+			target = prefix
+		}
+		var c0 counts
+		if counted != nil {
+			c0 = counted.counts()
+		}
+		got, err := s.cl.claim(s.ctx, s.claimOf(fmt.Sprintf("%s-%d", prefix, i), target, "acme/app", int64(i+1)))
+		if err := expect(got, err, true, "a free lock on "+target); err != nil {
+			return lat, requests, err
+		}
+		keep(i, &lat, got.learned.Sub(got.began))
+		if i >= warmup && counted != nil {
+			requests = requests.plus(counted.counts().minus(c0))
+		}
+		if err := got.release(); err != nil {
+			return lat, requests, err
+		}
+		if kept {
+			if err := s.b.waitFree(s.ns, target); err != nil {
+				return lat, requests, err
+			}
+		}
+		s.idle()
+	}
+	return lat, requests, nil
+}
+
+// supersededOnArrival claims builds below the one the holder of "held", of
+// the same line, holds with: each is superseded as soon as it is decided.
+func (s *clientSession) supersededOnArrival() ([]time.Duration, error) {
+	if err := s.b.holdWithRawClaim(s.ctx, s.tr, s.ns, "holder-held", "held", "acme/app", 1<<40); err != nil {
+		return nil, err
+	}
+	var lat []time.Duration
+	for i := range warmup + s.n {
+		c := s.claimOf(fmt.Sprintf("late-%d", i), "held", "acme/app", int64(i+1))
+		got, err := s.cl.claim(s.ctx, c)
+		if err := expect(got, err, false, "a build below its line's holder"); err != nil {
+			return lat, err
+		}
+		keep(i, &lat, got.learned.Sub(got.began))
+		if err := s.delete(c.Name); err != nil {
+			return lat, err
+		}
+		s.idle()
+	}
+	return lat, nil
+}
+
+// supersededWhileWaiting claims "waited", held by another line: the claim
+// waits until a newer build of its line, created by the harness, takes its
+// place. A sample runs from the newer claim's create.
+func (s *clientSession) supersededWhileWaiting() ([]time.Duration, error) {
+	if err := s.b.holdWithRawClaim(s.ctx, s.tr, s.ns, "holder-waited", "waited", "acme/holder", 1); err != nil {
+		return nil, err
+	}
+	type outcome struct {
+		got claimed
+		err error
+	}
+	var lat []time.Duration
+	for i := range warmup + s.n {
+		c := s.claimOf(fmt.Sprintf("waiting-%d", i), "waited", "acme/app", int64(2*i+1))
+		ctx, cancel := context.WithCancel(s.ctx)
+		done := make(chan outcome, 1)
+		go func() {
+			got, err := s.cl.claim(ctx, c)
+			done <- outcome{got, err}
+		}()
+		newer := blClaim(s.ns, fmt.Sprintf("newer-%d", i), "waited", "acme/app", int64(2*i+2), "")
+		_, err := s.tr.waitPhase(ctx, c.Name, buildlockv1.PhaseWaiting)
+		var t0 time.Time
+		if err == nil {
+			s.idle()
+			t0 = time.Now()
+			err = s.b.c.Create(ctx, newer)
+		}
+		if err != nil {
+			cancel()
+			return lat, errors.Join(err, (<-done).err)
+		}
+		o := <-done
+		cancel()
+		if err := expect(o.got, o.err, false, "a waiting claim when a newer build of its line arrives"); err != nil {
+			return lat, err
+		}
+		keep(i, &lat, o.got.learned.Sub(t0))
+		if err := s.delete(newer.Name, c.Name); err != nil {
+			return lat, err
+		}
+		s.idle()
+	}
+	return lat, nil
 }
 
 // holdWithRawClaim creates a claim as the harness's contenders do and waits
