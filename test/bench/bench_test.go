@@ -46,11 +46,13 @@ var (
 	flagPlot     = flag.String("bench.plot", "docs/benchmarks-handoff.png", "plot to write, relative to the repository root")
 	flagWork     = flag.String("bench.work", "bin/bench", "directory for logs, profiles and the kubeconfig")
 	flagManager  = flag.String("bench.manager", "bin/manager", "manager binary for the memory runs")
+	flagPlugin   = flag.String("bench.plugin", "bin/kubectl-buildlock", "kubectl-buildlock binary for the plugin's acquire rows")
 	flagDecide   = flag.String("bench.decide", "bin/bench/decide.txt", "output of the arbiter's BenchmarkDecide")
 	flagQuick    = flag.Bool("bench.quick", false, "small sizes, to try the harness")
 	flagHandoffs = flag.Int("bench.handoffs", 300, "hand-offs per row")
 	flagWorkers  = flag.Int("bench.workers", controller.DefaultOptions().Workers, "the in-process manager's MaxConcurrentReconciles (the binary's default)")
-	flagOnly     = flag.String("bench.only", "", "run only the steps whose names match this regular expression (to work on the harness)")
+	flagOnly     = flag.String("bench.only", "", "run only the steps whose names match this regular expression (to work on the harness); "+
+		"the report then goes to the work directory unless -bench.out and -bench.plot say otherwise")
 )
 
 // Sizes; -bench.quick shrinks them.
@@ -83,6 +85,9 @@ const (
 	rowLease  = "Plain Lease peer"
 	rowCM     = "Client-side protocol peer"
 	rowBL     = "buildlock"
+	// rowFloorContender stands in for the operator with only the requests
+	// the API makes necessary (floorcontender.go).
+	rowFloorContender = "Floor contender"
 )
 
 // stepPipelines names the pipeline step, for -bench.only.
@@ -100,6 +105,8 @@ type bench struct {
 	ops        *counter // the in-process operator's requests
 	outDir     string
 	managerBin string
+	pluginBin  string
+	mgr        *testenv.Manager // the in-process operator, while it runs
 	res        results
 }
 
@@ -119,7 +126,19 @@ func TestBench(t *testing.T) {
 		}
 		return filepath.Join(root, path)
 	}
-	b := &bench{ctx: ctx, outDir: inRepo(*flagWork), managerBin: inRepo(*flagManager)}
+	b := &bench{ctx: ctx, outDir: inRepo(*flagWork), managerBin: inRepo(*flagManager), pluginBin: inRepo(*flagPlugin)}
+	out, plotOut := *flagOut, *flagPlot
+	if *flagOnly != "" {
+		// A partial run never overwrites the full run's report by default.
+		set := map[string]bool{}
+		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["bench.out"] {
+			out = filepath.Join(b.outDir, "report.md")
+		}
+		if !set["bench.plot"] {
+			plotOut = filepath.Join(b.outDir, "benchmarks-handoff.png")
+		}
+	}
 	must(t, os.MkdirAll(b.outDir, 0o755))
 	logFile, err := os.Create(filepath.Join(b.outDir, "operator.log"))
 	must(t, err)
@@ -171,16 +190,8 @@ func TestBench(t *testing.T) {
 		b.res.profiles = append(b.res.profiles, prof)
 		return err
 	})
-	mgr, err := testenv.StartManager(ctx, b.ops.wrap(b.cfg), testenv.ManagerOptions{Workers: *flagWorkers})
-	must(t, err)
-	// The manager starts by deciding every lock the cluster has (those the
-	// memory runs left): let it finish before anything is measured.
-	b.ops.quiesce(500*time.Millisecond, 3*time.Minute)
-	defer func() {
-		if mgr != nil {
-			_ = mgr.Stop()
-		}
-	}()
+	must(t, b.startOperator())
+	defer func() { _ = b.stopOperator() }()
 
 	step("floor", func() (err error) { b.res.floor, err = b.floor(handoffs); return err })
 	step("two-hop floor", func() (err error) { b.res.floors, err = b.twoHopFloor(handoffs); return err })
@@ -223,10 +234,33 @@ func TestBench(t *testing.T) {
 		b.res.acquireKept, err = b.blAcquires(handoffs, true)
 		return err
 	})
+	step("acquire: superseded, the harness's own", func() (err error) {
+		b.res.acquireRaw, err = b.clientAcquires("raw-acquire", handoffs, scenarios{}, func(_ string, tr *claimTracker) (claimant, error) {
+			return rawClaimant{b, tr}, nil
+		})
+		return err
+	})
+	step("acquire: pkg/lock", func() (err error) {
+		b.res.acquireLock, err = b.clientAcquires("lock-acquire", handoffs, scenarios{free: true}, b.newLockClaimant)
+		return err
+	})
+	step("acquire: plugin", func() (err error) {
+		b.res.acquirePlugin, err = b.clientAcquires("plugin-acquire", pluginSamples(), scenarios{free: true}, b.newPluginClaimant)
+		return err
+	})
 	step("buildlock hand-offs, CPU-profiled", func() error {
 		return b.profile("handoff", func() error { _, err := b.blHandoffs(profiled, handoffSpec{waiting: 1}); return err })
 	})
 	var scaleNS string
+	// The floor contender runs the scale load just before the operator
+	// does, with the operator stopped (it would decide the claims too).
+	step("floor contender scale", func() error {
+		return b.withoutOperator(func() error {
+			r, err := b.floorScale(targets, contenders)
+			b.res.scale = append(b.res.scale, r)
+			return err
+		})
+	})
 	step("buildlock scale", func() error {
 		return b.profile("scale", func() error {
 			r, ns, err := b.blScale(targets, contenders)
@@ -250,24 +284,12 @@ func TestBench(t *testing.T) {
 	step("burst in another namespace", func() (err error) { b.res.burst, err = b.burstHandoffs(handoffs, burstClaims); return err })
 	step(stepPipelines, func() error {
 		// The binary decides every namespace, and so does the in-process
-		// manager (it has to see the namespaces every step creates): stop
-		// it, so that the binary alone decides the pipelines, and start it
-		// again for the steps after.
-		if mgr != nil {
-			if err := mgr.Stop(); err != nil {
-				return fmt.Errorf("stopping the in-process manager: %w", err)
-			}
-			mgr = nil
-		}
-		var err error
-		b.res.pipelines, err = b.runPipelines(pipelineCount, pipelineTargets, pipelineArrivals)
-		restarted, restartErr := testenv.StartManager(ctx, b.ops.wrap(b.cfg), testenv.ManagerOptions{Workers: *flagWorkers})
-		if restartErr != nil {
-			return errors.Join(err, fmt.Errorf("starting the in-process manager again: %w", restartErr))
-		}
-		mgr = restarted
-		b.ops.quiesce(500*time.Millisecond, 3*time.Minute)
-		return err
+		// manager (it has to see the namespaces every step creates): the
+		// binary alone decides the pipelines.
+		return b.withoutOperator(func() (err error) {
+			b.res.pipelines, err = b.runPipelines(pipelineCount, pipelineTargets, pipelineArrivals)
+			return err
+		})
 	})
 	// Last: the admission policies it installs apply to every later write.
 	step("enforcement window", func() (err error) { b.res.enforce, err = b.enforcementWindow(handoffs); return err })
@@ -275,11 +297,47 @@ func TestBench(t *testing.T) {
 		b.res.decide = readDecide(inRepo(*flagDecide))
 		b.res.env = b.environment()
 		b.res.env.commit = b.res.commit
-		if err := writePlot(inRepo(*flagPlot), &b.res); err != nil {
+		if err := writePlot(inRepo(plotOut), &b.res); err != nil {
 			return err
 		}
-		return os.WriteFile(inRepo(*flagOut), []byte(report(&b.res, filepath.Base(*flagPlot))), 0o644)
+		return os.WriteFile(inRepo(out), []byte(report(&b.res, filepath.Base(plotOut))), 0o644)
 	})
+}
+
+// startOperator starts the in-process operator and lets it decide every
+// lock the cluster has before anything is measured.
+func (b *bench) startOperator() error {
+	mgr, err := testenv.StartManager(b.ctx, b.ops.wrap(b.cfg), testenv.ManagerOptions{Workers: *flagWorkers})
+	if err != nil {
+		return fmt.Errorf("starting the in-process manager: %w", err)
+	}
+	b.mgr = mgr
+	b.ops.quiesce(500*time.Millisecond, 3*time.Minute)
+	return nil
+}
+
+// stopOperator stops the in-process operator, if it runs.
+func (b *bench) stopOperator() error {
+	if b.mgr == nil {
+		return nil
+	}
+	err := b.mgr.Stop()
+	b.mgr = nil
+	if err != nil {
+		return fmt.Errorf("stopping the in-process manager: %w", err)
+	}
+	return nil
+}
+
+// withoutOperator runs f with the in-process operator stopped (it decides
+// every namespace: it has to see those every step creates), and starts it
+// again after.
+func (b *bench) withoutOperator(f func() error) error {
+	if err := b.stopOperator(); err != nil {
+		return err
+	}
+	err := f()
+	return errors.Join(err, b.startOperator())
 }
 
 func must(t *testing.T, err error) {
@@ -361,7 +419,7 @@ func (b *bench) succeedPod(ns, name string) (time.Time, error) {
 }
 
 func (b *bench) deletePod(ns, name string) error {
-	return b.c.Delete(b.ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}, client.GracePeriodSeconds(0))
+	return b.deleteObject(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}, client.GracePeriodSeconds(0))
 }
 
 // parallel runs f(0..n-1) on 32 workers and returns the first error.

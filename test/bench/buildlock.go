@@ -154,7 +154,7 @@ func (b *bench) blHandoffs(n int, spec handoffSpec) (handoffRun, error) {
 			run.traces = append(run.traces, cycleTrace{t0: t0, released: released, observed: held, observedLease: granted, requests: trace})
 		}
 		if spec.withPods { // what --finished-ttl would do later; not part of the hand-off
-			if err := b.c.Delete(b.ctx, &buildlockv1.BuildLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: holder}}); err != nil {
+			if err := b.deleteObject(&buildlockv1.BuildLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: holder}}); err != nil {
 				return run, err
 			}
 			if err := b.deletePod(ns, podOf(holder)); err != nil {
@@ -247,7 +247,7 @@ func (b *bench) blAcquires(n int, kept bool) (acquireRun, error) {
 			r.ops = r.ops.plus(b.ops.snapshot().minus(o0))
 		}
 		if kept { // free the lock again for the next one, outside the measurement
-			if err := b.blc.Delete(b.ctx, &buildlockv1.BuildLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}); err != nil {
+			if err := b.deleteObject(&buildlockv1.BuildLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}); err != nil {
 				return r, err
 			}
 			if err := b.waitFree(ns, target); err != nil {
@@ -277,9 +277,33 @@ func (b *bench) waitFree(ns, target string) error {
 func (b *bench) blScale(targets, contenders int) (scaleResult, string, error) {
 	ns := b.namespace("bl-scale")
 	r := scaleResult{row: rowBL, claims: targets * contenders, counts: map[string]int{}}
-	tr, err := trackClaims(b.ctx, b.blc, ns)
+	err := b.scaleLoad(b.ctx, ns, targets, contenders, &r, scaleDecider{ops: b.ops, reconciles: reconciles, profile: true})
+	return r, ns, err
+}
+
+// scaleDecider is who decides a scale load: its requests, its reconciles
+// when it counts them, and whether the API server is profiled meanwhile.
+type scaleDecider struct {
+	ops        *counter
+	reconciles func() int
+	profile    bool
+}
+
+// scaleLoad is the scale load in ns, decided by d: contenders claims (one
+// line each) on every target created at once by 32 clients, until every
+// lock has settled (one Held, one Waiting, the rest Superseded); then every
+// holder's claim deleted at once, until every waiter holds. ctx ends the
+// load early (a decider that failed).
+func (b *bench) scaleLoad(ctx context.Context, ns string, targets, contenders int, r *scaleResult, d scaleDecider) error {
+	count := func() int {
+		if d.reconciles == nil {
+			return 0
+		}
+		return d.reconciles()
+	}
+	tr, err := trackClaims(ctx, b.blc, ns)
 	if err != nil {
-		return r, ns, err
+		return err
 	}
 	phaseCounts := func(want map[buildlockv1.Phase]int) func(map[string]buildlockv1.Phase) bool {
 		return func(phases map[string]buildlockv1.Phase) bool {
@@ -292,34 +316,38 @@ func (b *bench) blScale(targets, contenders int) (scaleResult, string, error) {
 			return true
 		}
 	}
-	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 
-	o0, rec0, cpu0 := b.ops.snapshot(), reconciles(), cpuSeconds()
+	o0, rec0, cpu0 := d.ops.snapshot(), count(), cpuSeconds()
 	t0 := time.Now()
 	profiled := make(chan string, 1)
-	go func() {
-		profiled <- b.apiserverProfile("apiserver-scale", "the first 8s of the scale run", 8*time.Second)
-	}()
+	if d.profile {
+		go func() {
+			profiled <- b.apiserverProfile("apiserver-scale", "the first 8s of the scale run", 8*time.Second)
+		}()
+	}
 	err = parallel(targets*contenders, func(i int) error {
 		t, k := i/contenders, i%contenders
 		return b.blc.Create(ctx, blClaim(ns, fmt.Sprintf("t%d-%d", t, k), fmt.Sprintf("t%d", t), fmt.Sprintf("acme/line-%d", k), 1, ""))
 	})
 	if err != nil {
-		return r, ns, err
+		return err
 	}
 	r.created = time.Since(t0)
 	settled := map[buildlockv1.Phase]int{buildlockv1.PhaseHeld: targets, buildlockv1.PhaseWaiting: targets, buildlockv1.PhaseSuperseded: targets * (contenders - 2)}
 	if err := tr.waitUntil(ctx, phaseCounts(settled)); err != nil {
-		return r, ns, fmt.Errorf("settling %d claims: %w", targets*contenders, err)
+		return fmt.Errorf("settling %d claims: %w", targets*contenders, err)
 	}
 	r.settled = time.Since(t0)
 	r.cpuSettle = cpuSince(cpu0, t0)
-	b.ops.quiesce(quietFor, quietMax)
-	r.opSettle, r.reconcilesSettle = b.ops.snapshot().minus(o0), reconciles()-rec0
-	b.res.profiles = append(b.res.profiles, <-profiled)
+	d.ops.quiesce(quietFor, quietMax)
+	r.opSettle, r.reconcilesSettle = d.ops.snapshot().minus(o0), count()-rec0
+	if d.profile {
+		b.res.profiles = append(b.res.profiles, <-profiled)
+	}
 	if r.violations, err = b.checkLocks(ns, map[buildlockv1.Phase]int{buildlockv1.PhaseHeld: 1, buildlockv1.PhaseWaiting: 1, buildlockv1.PhaseSuperseded: contenders - 2}); err != nil {
-		return r, ns, err
+		return err
 	}
 	var holders []string
 	for name, p := range tr.phases() {
@@ -329,24 +357,24 @@ func (b *bench) blScale(targets, contenders int) (scaleResult, string, error) {
 		}
 	}
 
-	o1, rec1, cpu1 := b.ops.snapshot(), reconciles(), cpuSeconds()
+	o1, rec1, cpu1 := d.ops.snapshot(), count(), cpuSeconds()
 	t1 := time.Now()
 	err = parallel(len(holders), func(i int) error {
 		return b.blc.Delete(ctx, &buildlockv1.BuildLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: holders[i]}})
 	})
 	if err != nil {
-		return r, ns, err
+		return err
 	}
 	if err := tr.waitUntil(ctx, phaseCounts(map[buildlockv1.Phase]int{buildlockv1.PhaseHeld: targets, buildlockv1.PhaseWaiting: 0})); err != nil {
-		return r, ns, fmt.Errorf("handing %d locks over: %w", targets, err)
+		return fmt.Errorf("handing %d locks over: %w", targets, err)
 	}
 	r.released = time.Since(t1)
 	r.cpuRelease = cpuSince(cpu1, t1)
-	b.ops.quiesce(quietFor, quietMax)
-	r.opRelease, r.reconcilesRelease = b.ops.snapshot().minus(o1), reconciles()-rec1
+	d.ops.quiesce(quietFor, quietMax)
+	r.opRelease, r.reconcilesRelease = d.ops.snapshot().minus(o1), count()-rec1
 	v, err := b.checkLocks(ns, map[buildlockv1.Phase]int{buildlockv1.PhaseHeld: 1, buildlockv1.PhaseWaiting: 0, buildlockv1.PhaseSuperseded: contenders - 2})
 	r.violations += v
-	return r, ns, err
+	return err
 }
 
 // checkLocks lists the claims live and counts the targets whose phases are

@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -31,7 +32,8 @@ type memResult struct {
 	heapAlloc, heapInuse float64 // bytes, just after a garbage collection
 	rss, peakRSS         float64 // bytes: VmRSS and VmHWM
 	startup              time.Duration
-	writes               int // the manager's write requests until it was idle
+	cpu                  cpuUse // from its start until it was idle
+	writes               int    // the manager's write requests until it was idle
 	note                 string
 }
 
@@ -82,17 +84,19 @@ func (b *bench) memory(pods, claims int) ([]memResult, error) {
 		return out, err
 	}
 
+	// The cold start's floor: the same claims on the same cluster, decided
+	// by the floor operator, then deleted. A floor that fails leaves the
+	// operator's rows measured.
+	var floorErr error
+	if b.res.cold.floor, floorErr = b.floorColdStart(claims); floorErr != nil {
+		floorErr = fmt.Errorf("the cold start's floor: %w", floorErr)
+	}
+
 	// The claims are created while no manager runs; the binary then decides
 	// them all from a cold start.
 	claimNS := b.namespace("mem-claims")
-	if tr, err = trackClaims(b.ctx, b.c, claimNS); err != nil {
-		return out, err
-	}
-	err = parallel(claims, func(i int) error {
-		return b.c.Create(b.ctx, blClaim(claimNS, fmt.Sprintf("c-%d", i), fmt.Sprintf("t%d", i/claimsPerLock), fmt.Sprintf("acme/line-%d", i%claimsPerLock), 1, ""))
-	})
-	if err != nil {
-		return out, fmt.Errorf("creating claims: %w", err)
+	if tr, err = b.createColdClaims(claimNS, claims); err != nil {
+		return out, errors.Join(floorErr, err)
 	}
 	first0, err := b.apiserverWrites()
 	if err != nil {
@@ -108,6 +112,7 @@ func (b *bench) memory(pods, claims int) ([]memResult, error) {
 	b.res.cold.firstWrites = first1.minus(first0)
 	out[len(out)-1].note = fmt.Sprintf("one Held, one Waiting, two Superseded per lock; decided from a cold start in %.0f s", out[len(out)-1].startup.Seconds())
 	b.res.cold.firstDecision, b.res.cold.firstManagerWrites = out[len(out)-1].startup, out[len(out)-1].writes
+	b.res.cold.firstCPU = out[len(out)-1].cpu
 
 	// A restart over the same claims, all decided: every lock is decided
 	// again, and none of them changes.
@@ -131,10 +136,77 @@ func (b *bench) memory(pods, claims int) ([]memResult, error) {
 	out = append(out, restart)
 
 	// Leave a clean cluster for the latency runs.
-	if err := b.c.DeleteAllOf(b.ctx, &buildlockv1.BuildLock{}, client.InNamespace(claimNS)); err != nil {
-		return out, err
+	if err := b.deleteClaimsAndLeases(claimNS); err != nil {
+		return out, errors.Join(floorErr, err)
 	}
-	return out, b.c.DeleteAllOf(b.ctx, &corev1.Pod{}, client.InNamespace(podNS), client.GracePeriodSeconds(0))
+	return out, errors.Join(floorErr, b.deletePods(podNS))
+}
+
+// createColdClaims creates n Pending claims in ns, claimsPerLock per target
+// (a line each), 32 clients at once, and returns a tracker of them that has
+// seen them all.
+func (b *bench) createColdClaims(ns string, n int) (*claimTracker, error) {
+	tr, err := trackClaims(b.ctx, b.c, ns)
+	if err != nil {
+		return nil, err
+	}
+	err = parallel(n, func(i int) error {
+		return b.c.Create(b.ctx, blClaim(ns, fmt.Sprintf("c-%d", i), fmt.Sprintf("t%d", i/claimsPerLock), fmt.Sprintf("acme/line-%d", i%claimsPerLock), 1, ""))
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating claims: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Minute)
+	defer cancel()
+	if err := tr.waitUntil(ctx, func(phases map[string]buildlockv1.Phase) bool { return len(phases) == n }); err != nil {
+		return nil, fmt.Errorf("watching the %d claims created: %w", n, err)
+	}
+	return tr, nil
+}
+
+// coldFloor is the cold start's floor: the floor operator deciding every
+// lock of Pending claims, from its list until every claim is seen decided.
+type coldFloor struct {
+	claims, locks int
+	decided       time.Duration
+	requests      counts
+	cpu           cpuUse
+}
+
+// floorColdStart creates n Pending claims in a namespace of their own, as
+// the cold start's, and lets the floor operator decide them; then deletes
+// them. No manager runs meanwhile.
+func (b *bench) floorColdStart(n int) (coldFloor, error) {
+	r := coldFloor{claims: n, locks: n / claimsPerLock}
+	ns := b.namespace("floor-cold")
+	tr, err := b.createColdClaims(ns, n)
+	if err != nil {
+		return r, err
+	}
+	ctx, cancel := context.WithCancelCause(b.ctx)
+	defer cancel(nil)
+	f, err := b.startFloorOperator(ctx, cancel, ns, *flagWorkers)
+	if err != nil {
+		return r, err
+	}
+	cpu0, t0 := cpuSeconds(), time.Now()
+	err = f.decideListed(ctx)
+	if err == nil {
+		wctx, wcancel := context.WithTimeout(ctx, 10*time.Minute)
+		err = tr.waitUntil(wctx, func(phases map[string]buildlockv1.Phase) bool {
+			return len(phases) == n && countPhases(phases)[buildlockv1.PhasePending] == 0
+		})
+		wcancel()
+	}
+	r.decided, r.cpu = time.Since(t0), cpuSince(cpu0, t0)
+	if failed := f.stop(); failed != nil {
+		err = failed
+	}
+	r.requests = f.count.snapshot()
+	if err != nil {
+		err = fmt.Errorf("deciding %d claims: %w", n, err)
+	}
+	return r, errors.Join(err, b.deleteClaimsAndLeases(ns))
 }
 
 // fullPodCache is how much heap the pods of ns take as typed objects: what a
@@ -179,6 +251,7 @@ func unrelatedPod(ns string, i int) *corev1.Pod {
 // idle, then samples its memory and stops it.
 func (b *bench) runManagerBinary(label string, minReconciles int, decided func() bool) (memResult, error) {
 	r := memResult{label: label}
+	cpu0 := cpuSeconds()
 	proc, err := b.startManagerBinary(label)
 	if err != nil {
 		return r, err
@@ -187,6 +260,7 @@ func (b *bench) runManagerBinary(label string, minReconciles int, decided func()
 	if r.startup, err = proc.waitIdle(minReconciles, decided); err != nil {
 		return r, err
 	}
+	r.cpu = cpuSince(cpu0, proc.started)
 	metricsAddr := proc.metricsAddr
 	// An idle process does not collect garbage: scrape (which allocates a
 	// little each time) until the next GC, and read the heap just after it.

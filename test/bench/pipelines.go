@@ -231,6 +231,15 @@ func summarizePipelines(run *pipelineRun, results []pipelineResult) {
 	}
 }
 
+// leastWrites is what the pipelines' claims cost in writes at the least: a
+// status per claim (its verdict), a Lease write per grant, and a second
+// status for each claim that waited before its grant (Waiting, then Held).
+// A claim that waited and was then superseded also takes two, which this
+// leaves out.
+func (r pipelineRun) leastWrites() int {
+	return r.pipelines + r.grants + len(r.handoffs)
+}
+
 // goalMet is the row's goal: p99 end of a hold → next grant ≤ 1 s, and no
 // pipeline timed out.
 func (r pipelineRun) goalMet() bool {

@@ -163,81 +163,29 @@ func report(r *results, plotFile string) string {
 		p("")
 	}
 
-	p("## Goals")
-	p("")
-	p("Ratios within this run. A hand-off ends when the waiter learns it holds: from its grant Lease (`holderIdentity` names the")
-	p("claim, `leaseTransitions` is the fencing token), as `pkg/lock` and the plugin do, or from its status (`Held`), as")
-	p("`kubectl wait --for=condition=Acquired` does, one write later. The two-hop floor is a BuildLock delete until a watcher sees")
-	p("it plus a grant Lease update until a watcher sees it, measured cycle by cycle on the same API server (section 1).")
-	p("")
-	p("| Goal | Measured | |")
-	p("|---|---|---|")
-	handoffGoal := func(lat []time.Duration) (string, bool) {
-		p50, p99 := median(lat), percentile(lat, 99)
-		return fmt.Sprintf("p50 %s = %s, p99 %s = %s", ms(p50), ratio(p50, twoHop), ms(p99), ratio(p99, twoHop99)),
-			p50*2 <= twoHop*3 && p99 <= 3*twoHop99
-	}
-	delLease, okDel := handoffGoal(r.blDelete.latLease)
-	podLease, okPod := handoffGoal(r.blPods.latLease)
-	delStatus, _ := handoffGoal(r.blDelete.lat)
-	podStatus, _ := handoffGoal(r.blPods.lat)
-	p("| Hand-off p50 ≤ 1.5× the two-hop floor (p50 %s), p99 ≤ 3× (the floor's p99 %s) | grant Lease: claim deleted %s; pod Succeeded %s. Status: claim deleted %s; pod Succeeded %s | %s |",
-		ms(twoHop), ms(twoHop99), delLease, podLease, delStatus, podStatus,
-		verdict(okDel && okPod, r.floors.twoHop, r.blDelete.latLease, r.blPods.latLease))
-	acqLease, acqKept := median(r.acquireBL.latLease), median(r.acquireKept.latLease)
-	p("| Acquire on a free lock p50 ≤ 2× one BuildLock create → watch (%s) | grant Lease: new target %s = %s, target whose Lease is kept %s = %s. Status: new target %s = %s, kept %s = %s | %s |",
-		ms(createFloor), ms(acqLease), ratio(acqLease, createFloor), ms(acqKept), ratio(acqKept, createFloor),
-		ms(median(r.acquireBL.lat)), ratio(median(r.acquireBL.lat), createFloor), ms(median(r.acquireKept.lat)), ratio(median(r.acquireKept.lat), createFloor),
-		verdict(acqLease <= 2*createFloor, r.floors.create, r.acquireBL.latLease))
-	if bls, cms, ok := r.scaleRows(); ok {
-		blCPU, cmCPU := bls.cpuPerClaim(), cms.cpuPerClaim()
-		blRate, cmRate := float64(bls.claims)/bls.settled.Seconds(), float64(cms.claims)/cms.settled.Seconds()
-		p("| Scale: API server CPU per settled claim ≤ 1.2× the client-side peer's, settle throughput ≥ the peer's | %.1f ms vs %.1f ms (%.1f×); %.0f vs %.0f claims settled per second (%.2f×) | %s |",
-			blCPU, cmCPU, blCPU/cmCPU, blRate, cmRate, blRate/cmRate, yesNo(blCPU <= 1.2*cmCPU && blRate >= cmRate))
-		blLock, cmLock := bls.cpuPerLock(), cms.cpuPerLock()
-		lists := float64(bls.opRelease["list buildlocks"]) / float64(targets)
-		p("| Mass hand-off of %d locks within 2× the peer's time, API server CPU per lock ≤ 2× the peer's, no request per hand-off that grows with the namespace | %s vs %s (%s); %.1f ms vs %.1f ms per lock (%.1f×); live lists of claims per hand-off: %.2f | %s |",
-			targets, ms(bls.released), ms(cms.released), ratio(bls.released, cms.released), blLock, cmLock, blLock/cmLock, lists,
-			yesNo(bls.released <= 2*cms.released && blLock <= 2*cmLock && lists < 0.05))
-	}
-	if c := r.cold; c.locks > 0 {
-		p("| Cold start with %d claims: every lock decided within 15 s, zero writes for locks that did not change | first decision of %d Pending claims (%d locks): %.1f s, %d writes; restart over them, decided: %.1f s, %d writes | %s first decision, %s restart |",
-			claims, claims, c.locks, c.firstDecision.Seconds(), c.firstManagerWrites, c.restart.Seconds(), c.restartManagerWrites,
-			yesNo(c.firstDecision <= 15*time.Second), yesNo(c.restart <= 15*time.Second && c.restartManagerWrites == 0))
-	}
-	if d, ok := decideLine(r.decide, 1000); ok {
-		big, okBig := decideLine(r.decide, 10000)
-		p("| `Decide` over 1,000 claims < 1 ms, a constant number of allocations per claim | %s; %.2f allocations per claim at 1,000 claims, %.2f at 10,000 | %s |",
-			ms(d.perOp), d.allocs/1000, big.allocs/10000, yesNo(d.perOp < time.Millisecond && okBig && d.allocs/1000 <= 1 && big.allocs/10000 <= 1))
-	}
-	if pr := r.pipelines; pr.pipelines > 0 {
-		measured := fmt.Sprintf("p99 %s, max %s over %d hand-offs; timed out %d of %d (section 11)",
-			ms(percentile(pr.handoffs, 99)), ms(percentile(pr.handoffs, 100)), len(pr.handoffs), pr.outcomes[pipelineTimedOut], pr.pipelines)
-		met := yesNo(pr.goalMet())
-		switch {
-		case !pr.measured:
-			measured, met = "the step failed: see above", "**not measured**"
-		case len(pr.handoffs) == 0:
-			measured, met = "no hold ended while a pipeline waited for its target", "**not measured**"
-		}
-		p("| %d pkg/lock pipelines over %d targets, the manager binary: p99 end of a hold → next grant ≤ 1 s, no pipeline times out | %s | %s |",
-			pr.pipelines, pr.targets, measured, met)
-	}
-	p("| Safety unchanged: the 5-minute chaos run finds 0 violations, with three seeds | not measured here: see [reliability.md](reliability.md) | |")
-	p("")
-	contractFloors(r, p)
+	writeGoals(r, p)
+	writeFloorContender(r, p)
 	p("## Earlier goals")
 	p("")
 	p("| Goal | Measured | |")
 	p("|---|---|---|")
-	p("| ≥ 50× faster than the plain Lease peer | %s (grant Lease; status %s) vs %s: %s faster | %s |", ms(bl), ms(blStatus), ms(lease), ratio(lease, bl), yesNo(lease >= 50*bl))
+	p("| ≥ 50× faster than the plain Lease peer | %s (grant Lease; status %s) vs %s: %s faster | %s |", ms(bl), ms(blStatus), ms(lease), ratio(lease, bl), verdict(lease >= 50*bl, r.lease.lat, r.blDelete.latLease))
 	p("| No slower than 2× the client-side protocol peer | grant Lease: claim deleted %s vs %s (%s), pod Succeeded %s vs %s (%s). Status: %s, %s | %s |",
-		ms(bl), ms(cm), ratio(bl, cm), ms(blPod), ms(cmPod), ratio(blPod, cmPod), ratio(blStatus, cm), ratio(blPodStatus, cmPod), yesNo(bl <= 2*cm && blPod <= 2*cmPod))
+		ms(bl), ms(cm), ratio(bl, cm), ms(blPod), ms(cmPod), ratio(blPod, cmPod), ratio(blStatus, cm), ratio(blPodStatus, cmPod),
+		verdict(bl <= 2*cm && blPod <= 2*cmPod, r.blDelete.latLease, r.cmDelete.lat, r.blPods.latLease, r.cmPods.lat))
 	lockWrites := func(c counts) int { return c.writes() - c["create events"] - c["patch events"] }
+	writesVerdict := notMeasured
+	if n > 0 && len(r.blPods.lat) > 0 {
+		writesVerdict = map[bool]string{true: "**met**", false: "**met** without Events, **missed** with them"}[opWrites <= 4*n && opWritesPod <= 4*len(r.blPods.lat)]
+	}
 	p("| ≤ 4 API writes per hand-off | operator, claim deleted: %s (Lease and status %s, Events the rest); pod Succeeded: %s (Lease and statuses %s); the contender's own release is one more | %s |",
 		per(opWrites, n), per(lockWrites(r.blDelete.opHandoff), n), per(opWritesPod, len(r.blPods.lat)), per(lockWrites(r.blPods.opHandoff), len(r.blPods.lat)),
-		map[bool]string{true: "**met**", false: "**met** without Events, **missed** with them"}[opWrites <= 4*n && opWritesPod <= 4*len(r.blPods.lat)])
-	p("| Zero writes while idle | %d writes in %s with %d locks | %s |", r.idle.ops.writes(), r.idle.window, r.idle.locks, yesNo(r.idle.ops.writes() == 0))
+		writesVerdict)
+	idleVerdict := notMeasured
+	if r.idle.locks > 0 {
+		idleVerdict = yesNo(r.idle.ops.writes() == 0)
+	}
+	p("| Zero writes while idle | %d writes in %s with %d locks | %s |", r.idle.ops.writes(), r.idle.window, r.idle.locks, idleVerdict)
 	if len(r.memory) >= 2 {
 		grow := r.memory[1].heapAlloc - r.memory[0].heapAlloc
 		p("| Memory flat against unrelated pods | live heap %s → %s with %d pods: %+.0f B per pod, %.0f%% of the %s these pods take as objects; RSS %s → %s | %s |",
@@ -322,14 +270,21 @@ func report(r *results, plotFile string) string {
 		p("")
 	}
 
-	p("## 2. Acquire latency on a free lock")
+	p("## 2. Acquire latency on a free lock, and learning Superseded")
 	p("")
 	p("From the instant the contender starts until it knows it holds: on a new target each time (the lock has no Lease yet), and")
 	p("on one target whose previous holder released it (its Lease is kept, free). The floor is one BuildLock create → watch.")
+	p("The harness's own contender creates the claim and watches the namespace's claims and grant Leases (opened beforehand);")
+	p("`pkg/lock` is `AcquireHold` with one client for every call, as a long-lived process has; the plugin is")
+	p("`kubectl-buildlock acquire` without a command, one process per claim, from its first connection to the API server (through")
+	p("a TCP proxy that notes it: its TLS handshake and discovery count, its process's start does not) until it prints the")
+	p("fencing token, or exits 3 when superseded. *Superseded on arrival*: a build below the one its line's holder holds with;")
+	p("*while waiting*: a waiting claim, from the instant a newer build of its line is created until the client learns it.")
 	p("")
-	p("| Row | Acquire | n | p50 | p90 | p99 | p50 / create floor |")
-	p("|---|---|--:|--:|--:|--:|--:|")
-	for _, row := range []latencyRow{
+	p("| Row | Acquire | n | p50 | p90 | p99 | p50 / create floor | p99 / create floor's p99 |")
+	p("|---|---|--:|--:|--:|--:|--:|--:|")
+	createFloor99 := percentile(r.floors.create, 99)
+	rows := []latencyRow{
 		{"Floor", "one BuildLock create → watch", r.floors.create},
 		{rowLease, "Run → OnStartedLeading (get, create Lease)", r.acquireLease},
 		{rowCM, "create the ConfigMap", r.acquireCM},
@@ -337,9 +292,37 @@ func report(r *results, plotFile string) string {
 		{rowBL, "new target: create the BuildLock → status shows Held", r.acquireBL.lat},
 		{rowBL, "kept Lease: create the BuildLock → grant Lease names it", r.acquireKept.latLease},
 		{rowBL, "kept Lease: create the BuildLock → status shows Held", r.acquireKept.lat},
+	}
+	for _, c := range []struct {
+		row, start, held, superseded string
+		run                          clientRun
+	}{
+		{rowBL, "create", "", "status shows Superseded", r.acquireRaw},
+		{rowBL + ", pkg/lock", "Acquire", "it returns the hold", "ErrSuperseded", r.acquireLock},
+		{rowBL + ", plugin", "first connection", "token printed", "exit 3", r.acquirePlugin},
 	} {
-		p("| %s | %s | %d | %s | %s | %s | %s |", row.row, row.release, len(row.lat), ms(median(row.lat)),
-			ms(percentile(row.lat, 90)), ms(percentile(row.lat, 99)), ratio(median(row.lat), createFloor))
+		for _, row := range []latencyRow{
+			{c.row, "new target: " + c.start + " → " + c.held, c.run.free},
+			{c.row, "kept Lease: " + c.start + " → " + c.held, c.run.freeKept},
+			{c.row, "superseded on arrival: " + c.start + " → " + c.superseded, c.run.supersededNow},
+			{c.row, "superseded while waiting: newer build's create → " + c.superseded, c.run.supersededWaiting},
+		} {
+			if len(row.lat) > 0 { // the harness's own free locks are above; a step that did not run
+				rows = append(rows, row)
+			}
+		}
+	}
+	for _, row := range rows {
+		p("| %s | %s | %d | %s | %s | %s | %s | %s |", row.row, row.release, len(row.lat), ms(median(row.lat)),
+			ms(percentile(row.lat, 90)), ms(percentile(row.lat, 99)), ratio(median(row.lat), createFloor), ratio(percentile(row.lat, 99), createFloor99))
+	}
+	p("")
+	if len(r.acquirePlugin.startup) > 0 {
+		p("The plugin's process, from its start until its first connection (left out above): p50 %s, p99 %s.",
+			ms(median(r.acquirePlugin.startup)), ms(percentile(r.acquirePlugin.startup, 99)))
+	}
+	if n := len(r.acquireLock.free); n > 0 {
+		p("`pkg/lock`'s requests per acquire of a free lock on a new target: %s.", perOp(r.acquireLock.requests, n))
 	}
 	p("")
 
@@ -414,11 +397,13 @@ func report(r *results, plotFile string) string {
 		}
 	}
 	row(rowBL, "acquire (free lock, new target)", "operator", r.acquireBL.ops, len(r.acquireBL.lat))
+	row(rowBL+", pkg/lock", "acquire (free lock, new target)", "pkg/lock", r.acquireLock.requests, len(r.acquireLock.free))
 	row(rowBL, "acquire (free lock, kept Lease)", "operator", r.acquireKept.ops, len(r.acquireKept.lat))
 	for _, s := range r.scale {
-		if strings.HasPrefix(s.row, rowBL) {
-			row(s.row, fmt.Sprintf("claim, scale settle (%d at once)", s.claims), "operator", s.opSettle, s.claims)
-			row(s.row, fmt.Sprintf("hand-off, scale release (%d at once)", targets), "operator", s.opRelease, targets)
+		if strings.HasPrefix(s.row, rowBL) || s.row == rowFloorContender {
+			who := map[bool]string{true: "operator", false: "floor contender"}[strings.HasPrefix(s.row, rowBL)]
+			row(s.row, fmt.Sprintf("claim, scale settle (%d at once)", s.claims), who, s.opSettle, s.claims)
+			row(s.row, fmt.Sprintf("hand-off, scale release (%d at once)", targets), who, s.opRelease, targets)
 		}
 	}
 	p("")
@@ -488,6 +473,9 @@ func report(r *results, plotFile string) string {
 		p("")
 		p("| Start | Every lock decided in | Manager's writes | API server's writes, by verb |")
 		p("|---|--:|--:|---|")
+		if f := c.floor; f.decided > 0 {
+			p("| the floor contender over as many Pending claims (its own count) | %.1f s | %d | %s |", f.decided.Seconds(), f.requests.writes(), perOp(f.requests, 1))
+		}
 		p("| first decision: every claim Pending | %.1f s | %d | %s |", c.firstDecision.Seconds(), c.firstManagerWrites, perOp(c.firstWrites, 1))
 		p("| restart: every claim decided already | %.1f s | %d | %s |", c.restart.Seconds(), c.restartManagerWrites, perOp(c.restartWrites, 1))
 		p("")

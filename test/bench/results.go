@@ -42,6 +42,10 @@ type results struct {
 	fullPodCache            float64 // bytes the unrelated pods take as typed objects
 	decide                  []string
 	profiles                []string
+
+	// acquireRaw, acquireLock and acquirePlugin: the harness's own claims
+	// (superseded only), pkg/lock's and the plugin's (clients.go).
+	acquireRaw, acquireLock, acquirePlugin clientRun
 }
 
 // handoffRun is one row's hand-offs: latencies, and the requests of the
@@ -91,6 +95,8 @@ type coldStart struct {
 	firstDecision, restart                   time.Duration
 	firstManagerWrites, restartManagerWrites int    // the manager's own
 	firstWrites, restartWrites               counts // every write the API server served in the window
+	firstCPU                                 cpuUse // the first decision's: from the manager's start until it was idle
+	floor                                    coldFloor
 }
 
 // cpuPerClaim is the API server's CPU time per claim settled, in
@@ -114,18 +120,25 @@ func (s scaleResult) locksHandedOver() int {
 	return targets
 }
 
-// scaleRows returns buildlock's scale row and the client-side peer's.
-func (r *results) scaleRows() (bl, cm scaleResult, ok bool) {
-	var haveBL, haveCM bool
-	for _, s := range r.scale {
-		switch {
-		case strings.HasPrefix(s.row, rowBL):
-			bl, haveBL = s, true
-		case s.row == rowCM:
-			cm, haveCM = s, true
-		}
+// settleRate is how many claims settled per second.
+func (s scaleResult) settleRate() float64 {
+	if s.settled <= 0 {
+		return 0
 	}
-	return bl, cm, haveBL && haveCM
+	return float64(s.claims) / s.settled.Seconds()
+}
+
+// cpuSecsPer is proc's CPU time per unit (n of them) in the settle window
+// or the release window, in milliseconds.
+func (s scaleResult) cpuSecsPer(proc string, n int, settle bool) float64 {
+	u := s.cpuRelease
+	if settle {
+		u = s.cpuSettle
+	}
+	if n == 0 {
+		return 0
+	}
+	return 1000 * u.secs[proc] / float64(n)
 }
 
 type idleResult struct {
