@@ -79,21 +79,26 @@ release-tekton: ## dist/tekton: the Tekton Task with the plugin's image by the d
 release: release-images release-chart release-installer release-tekton release-archives ## Build and push everything a tag publishes, to REGISTRY (the workflow's; see release-rehearsal).
 
 # The rehearsal is a Go module of its own (test/rehearsal), so that the
-# sigstore libraries it signs with stay out of the operator's go.mod.
+# sigstore libraries it signs with stay out of the operator's go.mod. It
+# builds with -race, as `make test` does, so that the two share the Go build
+# cache of client-go and controller-runtime.
 REHEARSAL_TIMEOUT ?= 40m
 .PHONY: release-rehearsal
 release-rehearsal: envtest $(GORELEASER) $(KO) $(HELM) $(KUSTOMIZE) $(KREW) $(KREW_VALIDATE) ## Build the release offline into an in-process registry, sign and verify it, install it with helm, kubectl and krew on a local control plane, and run a claim through each.
 	cd test/rehearsal && GORELEASER=$(GORELEASER) KO=$(KO) HELM=$(HELM) KUSTOMIZE=$(KUSTOMIZE) KREW=$(KREW) KREW_VALIDATE=$(KREW_VALIDATE) \
 		KUBECTL=$(KUBECTL) RELEASE_VERSION=$(RELEASE_VERSION) \
-		go test -count=1 -v -timeout $(REHEARSAL_TIMEOUT) -run '^TestRehearsal$$' .
+		go test -race -count=1 -v -timeout $(REHEARSAL_TIMEOUT) -run '^TestRehearsal$$' .
 
 .PHONY: lint-release
 lint-release: $(ACTIONLINT) $(GORELEASER) ## actionlint the workflows and goreleaser check.
 	$(ACTIONLINT) .github/workflows/*.yml
 	$(GORELEASER) check
 
-# `make lint` checks the release configuration too.
+# `make lint` checks the release configuration too, and `make test` runs
+# actionlint on the workflows (test/release).
 lint: lint-release
+test: $(ACTIONLINT)
+test: export ACTIONLINT := $(ACTIONLINT)
 
 # go install names the binary goreleaser (the module path ends in /v2).
 $(GORELEASER):

@@ -154,3 +154,33 @@ func keysOf(m map[string]bool) []string {
 	slices.Sort(out)
 	return out
 }
+
+// TestEachTargetWritesItsOwnFolder: GoReleaser's --clean wipes only its
+// own folder of dist/, so that it keeps what the other release targets
+// wrote (install.yaml, the Tekton Task), which it attaches to the release.
+func TestEachTargetWritesItsOwnFolder(t *testing.T) {
+	var cfg struct {
+		Dist    string `json:"dist"`
+		Release struct {
+			ExtraFiles []struct {
+				Glob string `json:"glob"`
+			} `json:"extra_files"`
+		} `json:"release"`
+	}
+	if err := yaml.Unmarshal([]byte(mustRead(t, ".goreleaser.yaml")), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Dist != "dist/goreleaser" {
+		t.Errorf(".goreleaser.yaml's dist is %q, want dist/goreleaser: --clean wipes it whole", cfg.Dist)
+	}
+	folders := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^\t.*\b(dist/[a-z]+)/`).FindAllStringSubmatch(mustRead(t, "hack/release.mk"), -1) {
+		folders[m[1]] = true
+	}
+	for _, f := range cfg.Release.ExtraFiles {
+		dir := path.Dir(f.Glob)
+		if dir != cfg.Dist+"/krew" && (dir == cfg.Dist || strings.HasPrefix(dir, cfg.Dist+"/") || !folders[dir]) {
+			t.Errorf("the release attaches %s, which no release target of hack/release.mk writes outside GoReleaser's folder", f.Glob)
+		}
+	}
+}

@@ -45,7 +45,7 @@ var versionRefs = []versionRef{
 	{"a `go install` of the plugin", regexp.MustCompile(`github\.com/buildlock/buildlock/cmd/kubectl-buildlock@(` + semver + `)`), true},
 	{"an archive's name", regexp.MustCompile(`kubectl-buildlock_(` + semver + `)_`), true},
 	{"a VERSION= line", regexp.MustCompile(`\bVERSION=(` + semver + `)\b`), true},
-	{"a git resolver's revision", regexp.MustCompile(`revision\W{1,4}(` + semver + `)\b`), true},
+	{"a git resolver's revision", regexp.MustCompile(`revision(?:\W{1,4}|, value: )(` + semver + `)\b`), true},
 	{"an image of the release (ghcr.io/buildlock/...:X.Y.Z)", regexp.MustCompile(`ghcr\.io/buildlock/(?:buildlock|kubectl-buildlock|charts/buildlock):(` + semver + `)\b`), false},
 	{"a chart version (helm --version)", regexp.MustCompile(`charts/buildlock\b.*--version[ =](` + semver + `)\b`), false},
 	{"an image a user builds from the release", regexp.MustCompile(`registry\.example\.com/tools/[a-z-]*buildlock:(` + semver + `)\b`), true},
@@ -167,6 +167,7 @@ func TestTheVersionCheckCatchesAStaleReference(t *testing.T) {
 		"helm install buildlock oci://ghcr.io/buildlock/charts/buildlock --version 0.1.0",
 		"VERSION=v0.1.0 OS=linux ARCH=amd64",
 		"The kubectl-buildlock release to install, such as v0.1.0",
+		"# {name: revision, value: v0.1.0}, {name: pathInRepo, value:",
 	} {
 		if len(checkLine(line, v, nil)) == 0 {
 			t.Errorf("the check passes %q", line)
