@@ -29,6 +29,12 @@ PLUGIN_BASE ?= $(shell sed -n 's/^FROM \([^ ]*\)$$/\1/p' hack/images/plugin-base
 # GoReleaser's flags: by default the rehearsal's (no signing, SBOMs or
 # publishing, and a tag that need not exist yet); the workflow publishes.
 GORELEASER_FLAGS ?= --skip=validate,publish,announce,sign,sbom
+GORELEASER_CONFIG ?= .goreleaser.yaml
+# The plugin's platforms the rehearsal builds archives for: all (what a tag
+# publishes; the release workflow's rehearsal) or linux (amd64 and arm64,
+# the images' platforms, which the rehearsal builds anyway: .ci/run's, to
+# stay within CI's time; the other four are cross-compiles of the same code).
+REHEARSAL_PLATFORMS ?= all
 IMAGE_LABELS = --image-label=org.opencontainers.image.source=https://github.com/buildlock/buildlock \
 	--image-label=org.opencontainers.image.licenses=Apache-2.0 \
 	--image-label=org.opencontainers.image.version=$(RELEASE_TAG)
@@ -37,7 +43,7 @@ IMAGE_LABELS = --image-label=org.opencontainers.image.source=https://github.com/
 
 .PHONY: release-archives
 release-archives: $(GORELEASER) ## dist/goreleaser: the plugin's archives for every platform, checksums.txt, the krew manifest (GoReleaser).
-	GORELEASER_CURRENT_TAG=$(RELEASE_TAG) $(GORELEASER) release --clean $(GORELEASER_FLAGS)
+	GORELEASER_CURRENT_TAG=$(RELEASE_TAG) $(GORELEASER) release --clean --config=$(GORELEASER_CONFIG) $(GORELEASER_FLAGS)
 
 # ko-build builds and pushes image $(1) of .ko.yaml's build $(2) on base $(3)
 # (both platforms, with an SPDX SBOM), and writes its reference by digest to
@@ -86,7 +92,7 @@ REHEARSAL_TIMEOUT ?= 40m
 .PHONY: release-rehearsal
 release-rehearsal: envtest $(GORELEASER) $(KO) $(HELM) $(KUSTOMIZE) $(KREW) $(KREW_VALIDATE) ## Build the release offline into an in-process registry, sign and verify it, install it with helm, kubectl and krew on a local control plane, and run a claim through each.
 	cd test/rehearsal && GORELEASER=$(GORELEASER) KO=$(KO) HELM=$(HELM) KUSTOMIZE=$(KUSTOMIZE) KREW=$(KREW) KREW_VALIDATE=$(KREW_VALIDATE) \
-		KUBECTL=$(KUBECTL) RELEASE_VERSION=$(RELEASE_VERSION) \
+		KUBECTL=$(KUBECTL) RELEASE_VERSION=$(RELEASE_VERSION) REHEARSAL_PLATFORMS=$(REHEARSAL_PLATFORMS) \
 		go test -race -count=1 -v -timeout $(REHEARSAL_TIMEOUT) -run '^TestRehearsal$$' .
 
 .PHONY: lint-release

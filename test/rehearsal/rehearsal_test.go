@@ -35,7 +35,7 @@ func TestRehearsal(t *testing.T) {
 
 	step(t, "make release (to the in-process registry)", func(t *testing.T) struct{} {
 		r.make(t, "release", "REGISTRY="+host, "HELM_PUSH_FLAGS=--plain-http",
-			"MANAGER_BASE="+bases.manager, "PLUGIN_BASE="+bases.plugin)
+			"MANAGER_BASE="+bases.manager, "PLUGIN_BASE="+bases.plugin, "GORELEASER_CONFIG="+r.goreleaserConfig(t))
 		return struct{}{}
 	})
 
@@ -97,11 +97,14 @@ func step[T any](t *testing.T, name string, f func(t *testing.T) T) T {
 	return out
 }
 
-// rehearsal holds the tools (from make) and the release's version.
+// rehearsal holds the tools (from make), the release's version and the
+// plugin's platforms it builds.
 type rehearsal struct {
 	root    string
 	version string // X.Y.Z
 	tools   map[string]string
+	// targets are the plugin's platforms (os_arch) whose archives it builds.
+	targets []string
 }
 
 func newRehearsal(t *testing.T) *rehearsal {
@@ -120,7 +123,48 @@ func newRehearsal(t *testing.T) *rehearsal {
 	if r.version == "" {
 		t.Skip("RELEASE_VERSION is not set: run `make release-rehearsal`")
 	}
+	var cfg struct {
+		Builds []struct {
+			Targets []string `json:"targets"`
+		} `json:"builds"`
+	}
+	if err := yaml.Unmarshal(r.read(t, ".goreleaser.yaml"), &cfg); err != nil || len(cfg.Builds) != 1 {
+		t.Fatalf(".goreleaser.yaml: %v, %d builds", err, len(cfg.Builds))
+	}
+	r.targets = cfg.Builds[0].Targets
+	switch p := os.Getenv("REHEARSAL_PLATFORMS"); p {
+	case "", "all":
+	case "linux":
+		r.targets = slices.DeleteFunc(r.targets, func(s string) bool { return !strings.HasPrefix(s, "linux_") })
+		t.Logf("REHEARSAL_PLATFORMS=linux: archives for %v only; a tag's rehearsal builds all of .goreleaser.yaml's", r.targets)
+	default:
+		t.Fatalf("REHEARSAL_PLATFORMS=%s: want all or linux", p)
+	}
 	return r
+}
+
+// goreleaserConfig is .goreleaser.yaml with the plugin's targets narrowed
+// to r.targets (itself when they are all of them).
+func (r *rehearsal) goreleaserConfig(t *testing.T) string {
+	t.Helper()
+	var cfg map[string]any
+	if err := yaml.Unmarshal(r.read(t, ".goreleaser.yaml"), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	build := cfg["builds"].([]any)[0].(map[string]any)
+	if len(build["targets"].([]any)) == len(r.targets) {
+		return r.path(".goreleaser.yaml")
+	}
+	build["targets"] = r.targets
+	data, err := yaml.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "goreleaser.yaml")
+	if err := os.WriteFile(file, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return file
 }
 
 func (r *rehearsal) tag() string { return "v" + r.version }
@@ -181,7 +225,7 @@ func (r *rehearsal) checkArchives(t *testing.T) map[string]string {
 		}
 		sums[file] = sum
 	}
-	for _, platform := range []string{"linux_amd64", "linux_arm64", "darwin_amd64", "darwin_arm64", "windows_amd64", "windows_arm64"} {
+	for _, platform := range r.targets {
 		ext := ".tar.gz"
 		if strings.HasPrefix(platform, "windows") {
 			ext = ".zip"
@@ -199,8 +243,8 @@ func (r *rehearsal) checkArchives(t *testing.T) map[string]string {
 			t.Errorf("%s holds %q, want %q (krew installs only archives with a license)", file, got, want)
 		}
 	}
-	if len(sums) != 6 {
-		t.Errorf("checksums.txt lists %d files, want the 6 archives: %v", len(sums), keys(sums))
+	if len(sums) != len(r.targets) {
+		t.Errorf("checksums.txt lists %d files, want the archives of %v: %v", len(sums), r.targets, keys(sums))
 	}
 	return sums
 }
