@@ -105,6 +105,8 @@ type rehearsal struct {
 	tools   map[string]string
 	// targets are the plugin's platforms (os_arch) whose archives it builds.
 	targets []string
+	// work is a directory for the whole rehearsal (the krew root).
+	work string
 }
 
 func newRehearsal(t *testing.T) *rehearsal {
@@ -113,7 +115,7 @@ func newRehearsal(t *testing.T) *rehearsal {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &rehearsal{root: root, version: os.Getenv("RELEASE_VERSION"), tools: map[string]string{}}
+	r := &rehearsal{root: root, version: os.Getenv("RELEASE_VERSION"), tools: map[string]string{}, work: t.TempDir()}
 	for _, env := range []string{"GORELEASER", "KO", "HELM", "KUSTOMIZE", "KREW", "KREW_VALIDATE", "KUBECTL"} {
 		r.tools[env] = os.Getenv(env)
 		if r.tools[env] == "" {
@@ -319,7 +321,7 @@ func (r *rehearsal) krewInstall(t *testing.T, sums map[string]string) string {
 	if archive == "" {
 		t.Skipf("the release has no archive for %s", platform)
 	}
-	krewRoot := t.TempDir()
+	krewRoot := filepath.Join(r.work, "krew")
 	cmd := exec.Command(r.tools["KREW"], "install", "--manifest="+r.path("dist/goreleaser/krew/buildlock.yaml"), "--archive="+archive)
 	cmd.Env = append(os.Environ(), "KREW_ROOT="+krewRoot, "KREW_OS="+runtime.GOOS, "KREW_ARCH="+runtime.GOARCH)
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -333,21 +335,7 @@ func (r *rehearsal) krewInstall(t *testing.T, sums map[string]string) string {
 	if err != nil || json.Unmarshal(out, &v) != nil || v.Version != r.tag() {
 		t.Fatalf("the plugin krew installed says %s (%v), want version %s", out, err, r.tag())
 	}
-	// The rehearsal's claims run it after the test: keep it in a directory
-	// that outlives this subtest.
-	keep := filepath.Join(os.TempDir(), fmt.Sprintf("buildlock-rehearsal-plugin-%d", os.Getpid()))
-	if err := os.MkdirAll(keep, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	data, err := os.ReadFile(plugin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kept := filepath.Join(keep, "kubectl-buildlock")
-	if err := os.WriteFile(kept, data, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return kept
+	return plugin
 }
 
 // checkChart: the chart is in the registry under its version, with the
