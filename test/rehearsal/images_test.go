@@ -209,6 +209,16 @@ func checkImage(t *testing.T, img v1.Image, platform, entrypoint, base, title, t
 	if !slices.Equal(cf.Config.Entrypoint, []string{entrypoint}) {
 		t.Errorf("%s: entrypoint %q, want [%s]", platform, cf.Config.Entrypoint, entrypoint)
 	}
+	// The CI steps run the plugin by name in its image (a shell's PATH).
+	onPath := false
+	for _, e := range cf.Config.Env {
+		if p, ok := strings.CutPrefix(e, "PATH="); ok {
+			onPath = slices.Contains(strings.Split(p, ":"), path.Dir(entrypoint))
+		}
+	}
+	if !onPath {
+		t.Errorf("%s: PATH (%q) lacks %s", platform, cf.Config.Env, path.Dir(entrypoint))
+	}
 	for k, v := range map[string]string{
 		"org.opencontainers.image.source":   "https://github.com/buildlock/buildlock",
 		"org.opencontainers.image.licenses": "Apache-2.0",
