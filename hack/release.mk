@@ -47,7 +47,8 @@ release-archives: $(GORELEASER) ## dist/goreleaser: the plugin's archives for ev
 
 # ko-build builds and pushes image $(1) of .ko.yaml's build $(2) on base $(3)
 # (both platforms, with an SPDX SBOM), and writes its reference by digest to
-# dist/images/$(1).ref and its SBOMs to dist/images/$(1).sbom/.
+# dist/images/$(1).ref (ko's first line: the index; the platforms' images
+# follow) and its SBOMs to dist/images/$(1).sbom/.
 define ko-build
 	rm -rf dist/images/$(1).ref dist/images/$(1).sbom; mkdir -p dist/images/$(1).sbom
 	RELEASE_TAG=$(RELEASE_TAG) SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) KO_DATA_DATE_EPOCH=$(SOURCE_DATE_EPOCH) \
@@ -76,7 +77,7 @@ release-installer: $(KUSTOMIZE) ## dist/install: install.yaml, config/default wi
 release-tekton: ## dist/tekton: the Tekton Task with the plugin's image by the digest release-images pushed.
 	@test -s dist/images/kubectl-buildlock.ref || { echo "no dist/images/kubectl-buildlock.ref: run make release-images first"; exit 1; }
 	rm -rf dist/tekton; mkdir -p dist/tekton
-	hack/tekton-pin.sh "$(REGISTRY)/kubectl-buildlock:$(RELEASE_VERSION)@$$(sed 's/.*@//' dist/images/kubectl-buildlock.ref)" \
+	hack/tekton-pin.sh "$(REGISTRY)/kubectl-buildlock:$(RELEASE_VERSION)@$$(sed -n '1s/.*@//p' dist/images/kubectl-buildlock.ref)" \
 		< tekton/task/buildlock-deploy/0.1/buildlock-deploy.yaml > dist/tekton/buildlock-deploy.yaml
 
 # The archives come last: GoReleaser attaches the other targets' files to

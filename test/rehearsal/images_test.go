@@ -138,7 +138,8 @@ func (r *rehearsal) checkImages(t *testing.T, host string, bases standIns) relea
 		{"kubectl-buildlock", bases.plugin, "/ko-app/kubectl-buildlock", &out.plugin},
 	} {
 		t.Run(img.name, func(t *testing.T) {
-			refText := strings.TrimSpace(string(r.read(t, "dist/images/"+img.name+".ref")))
+			// ko's first line is the index; the platforms' images follow.
+			refText, _, _ := strings.Cut(strings.TrimSpace(string(r.read(t, "dist/images/"+img.name+".ref"))), "\n")
 			ref, err := name.NewDigest(refText)
 			if err != nil {
 				t.Fatalf("dist/images/%s.ref: %v", img.name, err)
