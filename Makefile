@@ -15,6 +15,7 @@ HELM_DOCS_VERSION ?= v1.14.2
 # Prometheus's Go module versions are v0.3XX.Y for Prometheus 3.XX.Y.
 PROMETHEUS_VERSION ?= v0.316.0
 KREW_VERSION ?= v0.4.3
+KUSTOMIZE_VERSION ?= v5.8.2
 
 ENVTEST_DIR ?= $(LOCALBIN)/k8s/$(K8S_VERSION)
 KUBE_APISERVER ?= $(ENVTEST_DIR)/kube-apiserver
@@ -27,10 +28,12 @@ HELM ?= $(LOCALBIN)/helm-$(HELM_VERSION)-release
 GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 PROMTOOL ?= $(LOCALBIN)/promtool-$(PROMETHEUS_VERSION)
 HELM_DOCS ?= $(LOCALBIN)/helm-docs-$(HELM_DOCS_VERSION)
-# krew, and its manifest validator: the release's krew manifest (.krew.yaml)
-# is checked with them (test/release, in `make test` and `make lint`).
+# krew, and its manifest validator: `make release-rehearsal` validates the
+# release's krew manifest (GoReleaser's) and installs the plugin with them.
 KREW ?= $(LOCALBIN)/krew-$(KREW_VERSION)
 KREW_VALIDATE ?= $(LOCALBIN)/validate-krew-manifest-$(KREW_VERSION)
+# kustomize sets the image of the installer without Helm (make installer).
+KUSTOMIZE ?= $(LOCALBIN)/kustomize-$(KUSTOMIZE_VERSION)
 
 export KUBEBUILDER_ASSETS := $(ENVTEST_DIR)
 
@@ -108,8 +111,7 @@ build: manifests generate fmt vet ## Build bin/manager and bin/kubectl-buildlock
 	go build -o $(LOCALBIN)/manager ./cmd/manager
 	go build -o $(LOCALBIN)/kubectl-buildlock ./cmd/kubectl-buildlock
 
-# VERSION is the release's: the v* tag git describe finds, else v0.0.0-g<commit>.
-VERSION ?= $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null || echo "v0.0.0-g$$(git describe --always --dirty)")
+# The release's images and archives are dated by the commit (reproducible).
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct)
 
 ##@ Tools
@@ -163,6 +165,13 @@ $(KREW):
 
 $(KREW_VALIDATE):
 	$(call go-install-tool,$@,sigs.k8s.io/krew/cmd/validate-krew-manifest,$(KREW_VERSION))
+
+# go install names the binary kustomize (the module path ends in /v5).
+$(KUSTOMIZE):
+	@set -e; mkdir -p $(LOCALBIN); tmp=$$(mktemp -d); \
+	echo "Installing sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION)"; \
+	GOBIN=$$tmp go install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION); \
+	mv $$tmp/kustomize $@; rm -rf $$tmp
 
 # go-install-tool installs package $(2) at version $(3) as the versioned file
 # $(1), with the go install flags $(4) if any.

@@ -45,22 +45,29 @@ install: manifests $(KUBECTL) ## Install the CRDs into the configured cluster.
 uninstall: manifests $(KUBECTL) ## Delete the CRDs, and with them every BuildLock, from the configured cluster.
 	$(KUBECTL) delete --ignore-not-found -f config/crd/bases
 
-# The installer without Helm is config/default (kustomize, rendered by the
-# kubectl above) with the manager's image set to IMG; see hack/installer.sh.
-INSTALLER ?= dist/install.yaml
+# The installer without Helm is config/default with the manager's image set
+# to IMG by `kustomize edit set image`, on a copy of config/ so that nothing
+# committed changes.
+INSTALLER ?= dist/install/install.yaml
+
+.PHONY: installer
+installer: $(KUSTOMIZE) ## Write INSTALLER: config/default (kustomize) with the manager's image IMG.
+	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; cp -R config "$$tmp/"; \
+	(cd "$$tmp/config/default" && $(KUSTOMIZE) edit set image ghcr.io/buildlock/buildlock=$(IMG)); \
+	mkdir -p $(dir $(INSTALLER)); $(KUSTOMIZE) build "$$tmp/config/default" > $(INSTALLER)
 
 .PHONY: deploy
 deploy: manifests $(KUBECTL) ## Install buildlock without Helm (config/default, image IMG) into the configured cluster.
-	hack/installer.sh $(KUBECTL) $(IMG) | $(KUBECTL) apply --server-side -f -
+	$(MAKE) --no-print-directory installer INSTALLER=dist/deploy/install.yaml
+	$(KUBECTL) apply --server-side -f dist/deploy/install.yaml
 
 .PHONY: undeploy
 undeploy: $(KUBECTL) ## Delete what make deploy installed, the CRDs included, and with them every BuildLock.
-	hack/installer.sh $(KUBECTL) $(IMG) | $(KUBECTL) delete --ignore-not-found -f -
+	$(MAKE) --no-print-directory installer INSTALLER=dist/deploy/install.yaml
+	$(KUBECTL) delete --ignore-not-found -f dist/deploy/install.yaml
 
 .PHONY: build-installer
-build-installer: manifests $(KUBECTL) ## Write dist/install.yaml: what make deploy installs, image IMG, for kubectl apply --server-side -f.
-	@mkdir -p $(dir $(INSTALLER))
-	hack/installer.sh $(KUBECTL) $(IMG) > $(INSTALLER)
+build-installer: manifests installer ## Write dist/install/install.yaml: what make deploy installs, image IMG, for kubectl apply --server-side -f.
 	@echo "Wrote $(INSTALLER) (image $(IMG)); install it with: kubectl apply --server-side -f $(INSTALLER)"
 
 .PHONY: docker-build
@@ -114,11 +121,12 @@ verify-chart: manifests $(HELM) $(PROMTOOL) lint-chart verify-docs ## Fail when 
 	HELM=$(HELM) PROMTOOL=$(PROMTOOL) go test ./test/chart -short -count=1
 
 .PHONY: test-chart
-test-chart: envtest $(HELM) $(PROMTOOL) ## Install the chart (and the kustomize installer) on a local control plane and run the manager under their RBAC.
-	HELM=$(HELM) PROMTOOL=$(PROMTOOL) KUBECTL=$(KUBECTL) go test ./test/chart -count=1 -v -timeout 10m
+test-chart: envtest $(HELM) $(PROMTOOL) $(KUSTOMIZE) ## Install the chart (and the kustomize installer) on a local control plane and run the manager under their RBAC.
+	HELM=$(HELM) PROMTOOL=$(PROMTOOL) KUBECTL=$(KUBECTL) KUSTOMIZE=$(KUSTOMIZE) go test ./test/chart -count=1 -v -timeout 10m
 
 # `make test` runs ./test/chart too; give it helm and promtool, or the chart
-# and alert tests skip.
-test: $(HELM) $(PROMTOOL)
+# and alert tests skip, and kustomize for the installer.
+test: $(HELM) $(PROMTOOL) $(KUSTOMIZE)
 test: export HELM := $(HELM)
 test: export PROMTOOL := $(PROMTOOL)
+test: export KUSTOMIZE := $(KUSTOMIZE)

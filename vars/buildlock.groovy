@@ -2,7 +2,7 @@
 // build holds the buildlock of a target namespace, so that builds take turns
 // deploying there.
 //
-//   @Library('buildlock@v0.1.0') _
+//   @Library('buildlock@v0.2.0') _
 //   ...
 //   buildlock(target: 'staging') {
 //     sh './deploy.sh staging'

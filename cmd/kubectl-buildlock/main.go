@@ -30,7 +30,7 @@ import (
 )
 
 // version is the plugin's release, set by release builds (-X main.version:
-// GoReleaser, hack/image); see currentVersion.
+// GoReleaser and ko, from the tag); see currentVersion.
 var version string
 
 func main() {

@@ -110,11 +110,11 @@ func TestChart(t *testing.T) {
 
 	// Installed as a user would: the chart from an OCI registry (helm
 	// package and push, then helm install oci://), with the Deployment's
-	// image in the same registry (the image test's build). Nothing runs the
-	// image here (no kubelet): the manager binary below stands for it.
+	// image in the same registry (a stand-in: nothing runs the image here,
+	// there is no kubelet; the manager binary below stands for it).
 	registry := startRegistry(t)
 	chartRef, chartVersion := pushChart(t, h, registry)
-	image := pushImage(t, buildImage(t, ""), registry, "buildlock:"+chartField(t, "appVersion"))
+	image := pushImage(t, registry, "buildlock:"+chartField(t, "appVersion"))
 	values = append(values, "--set", "image.repository="+registry+"/buildlock")
 	fromRegistry := []string{chartRef, "--version", chartVersion, "--plain-http"}
 	h.run(t, slices.Concat([]string{"install", release}, fromRegistry, []string{"--namespace", releaseNS, "--kubeconfig", c.Kubeconfig}, values)...)

@@ -19,21 +19,26 @@ import (
 	"github.com/buildlock/buildlock/internal/localcluster"
 )
 
-// installer renders the installer without Helm as `make deploy` and `make
-// build-installer` do (hack/installer.sh), with image.
+// installer renders the installer without Helm as `make deploy`, `make
+// build-installer` and the release do (`make installer`: kustomize edit set
+// image on a copy of config/), with image.
 func installer(t *testing.T, image string) string {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(repoRoot(t), "hack", "installer.sh"), localcluster.KubectlPath(repoRoot(t)), image)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("hack/installer.sh: %v\n%s", err, stderr.String())
+	out := filepath.Join(t.TempDir(), "install.yaml")
+	cmd := exec.Command("make", "--no-print-directory", "-s", "installer", "IMG="+image, "INSTALLER="+out)
+	cmd.Dir = repoRoot(t)
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("make installer: %v\n%s", err, msg)
 	}
-	return stdout.String()
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
 }
 
-// TestInstallWithoutHelm applies the installer of `make deploy` and `make
-// build-installer` (config/default) server-side to a local control plane and
+// TestInstallWithoutHelm applies the installer of `make deploy`, `make
+// build-installer` and the release (config/default) server-side to a local control plane and
 // runs the manager binary under the identity and RBAC it creates, with the
 // arguments of its Deployment, through a hand-off.
 func TestInstallWithoutHelm(t *testing.T) {

@@ -1,21 +1,16 @@
 package chart
 
 import (
-	"fmt"
 	"io"
 	"log"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 )
 
@@ -29,91 +24,21 @@ func startRegistry(t *testing.T) string {
 	return strings.TrimPrefix(srv.URL, "http://")
 }
 
-// The manager's image, as `make image` builds it (hack/image), for the
-// tests' version and commit; built once per test binary.
-const (
-	imageVersion  = "v0.0.0-test.1"
-	imageRevision = "0123456789abcdef0123456789abcdef01234567"
-	// imageEpoch is the SOURCE_DATE_EPOCH of the build.
-	imageEpoch = "1764590400"
-)
-
-var (
-	imageOnce   sync.Once
-	imageLayout string
-	imageErr    error
-)
-
-// buildImage builds the manager's image into an OCI layout with hack/image
-// (into dir, or a directory of its own once per test binary when dir is
-// ""), with hack/image's extra flags (only with dir), and returns the
-// layout's directory.
-func buildImage(t *testing.T, dir string, extra ...string) string {
-	t.Helper()
-	build := func(out string) error {
-		cmd := exec.Command("go", append([]string{"run", "./hack/image", "-version", imageVersion, "-revision", imageRevision, "-out", out}, extra...)...)
-		cmd.Dir = repoRoot(t)
-		cmd.Env = append(os.Environ(), "SOURCE_DATE_EPOCH="+imageEpoch)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("go run ./hack/image: %w\n%s", err, out)
-		}
-		return nil
-	}
-	if dir != "" {
-		if err := build(dir); err != nil {
-			t.Fatal(err)
-		}
-		return dir
-	}
-	imageOnce.Do(func() {
-		tmp, err := os.MkdirTemp("", "buildlock-image-")
-		if err != nil {
-			imageErr = err
-			return
-		}
-		imageLayout = filepath.Join(tmp, "layout")
-		imageErr = build(imageLayout)
-	})
-	if imageErr != nil {
-		t.Fatal(imageErr)
-	}
-	return imageLayout
-}
-
-// layoutIndex is the one image index of an OCI layout.
-func layoutIndex(t *testing.T, dir string) v1.ImageIndex {
-	t.Helper()
-	p, err := layout.FromPath(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	top, err := p.ImageIndex()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := top.IndexManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(m.Manifests) != 1 {
-		t.Fatalf("the layout %s holds %d entries, want one image index", dir, len(m.Manifests))
-	}
-	idx, err := top.ImageIndex(m.Manifests[0].Digest)
-	if err != nil {
-		t.Fatalf("the layout's entry is not an image index: %v", err)
-	}
-	return idx
-}
-
-// pushImage pushes the image index of the layout dir to host/repo:tag and
-// returns the reference.
-func pushImage(t *testing.T, dir, host, repoTag string) name.Reference {
+// pushImage pushes a stand-in for the manager's image (a random
+// two-platform index: nothing runs it here, there is no kubelet) to
+// host/repoTag and returns its reference. make release-rehearsal
+// (test/rehearsal) installs the chart with the image the release builds.
+func pushImage(t *testing.T, host, repoTag string) name.Reference {
 	t.Helper()
 	ref, err := name.ParseReference(host+"/"+repoTag, name.Insecure)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := remote.WriteIndex(ref, layoutIndex(t, dir)); err != nil {
+	idx, err := random.Index(256, 1, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.WriteIndex(ref, idx); err != nil {
 		t.Fatalf("pushing %s: %v", ref, err)
 	}
 	return ref

@@ -27,11 +27,11 @@ func actionWorkflow(ref string, with map[string]any) ghWorkflow {
 	}}}}
 }
 
-// runAction runs actionWorkflow with a fake release of v0.1.0 and returns
+// runAction runs actionWorkflow with a fake release of v0.2.0 and returns
 // the run and the stubs' calls.
 func runAction(t *testing.T, ref string, with map[string]any, env ...string) (*ghRun, []call) {
 	t.Helper()
-	return runActionWith(t, fakeRelease(t, "v0.1.0"), ref, with, env...)
+	return runActionWith(t, fakeRelease(t, "v0.2.0"), ref, with, env...)
 }
 
 func runActionWith(t *testing.T, releases, ref string, with map[string]any, env ...string) (*ghRun, []call) {
@@ -51,21 +51,21 @@ func assertContains(t *testing.T, output string, want ...string) {
 	}
 }
 
-// TestActionInstallsTheReleaseOfItsTag: used at v0.1.0, the action
+// TestActionInstallsTheReleaseOfItsTag: used at v0.2.0, the action
 // downloads that release's tarball for the runner's platform and its
 // checksums.txt, and runs the plugin from it.
 func TestActionInstallsTheReleaseOfItsTag(t *testing.T) {
-	base := "https://github.com/buildlock/buildlock/releases/download/v0.1.0/"
+	base := "https://github.com/buildlock/buildlock/releases/download/v0.2.0/"
 	for platform, file := range map[[2]string]string{
-		{"Linux", "X64"}:   "kubectl-buildlock_v0.1.0_linux_amd64.tar.gz",
-		{"Linux", "ARM64"}: "kubectl-buildlock_v0.1.0_linux_arm64.tar.gz",
-		{"macOS", "ARM64"}: "kubectl-buildlock_v0.1.0_darwin_arm64.tar.gz",
+		{"Linux", "X64"}:   "kubectl-buildlock_v0.2.0_linux_amd64.tar.gz",
+		{"Linux", "ARM64"}: "kubectl-buildlock_v0.2.0_linux_arm64.tar.gz",
+		{"macOS", "ARM64"}: "kubectl-buildlock_v0.2.0_darwin_arm64.tar.gz",
 	} {
 		t.Run(platform[0]+"/"+platform[1], func(t *testing.T) {
 			s := newStubs(t)
-			r := newGHRun(t, s, defaultGHEvent(), "STUB_RELEASES="+fakeRelease(t, "v0.1.0"))
+			r := newGHRun(t, s, defaultGHEvent(), "STUB_RELEASES="+fakeRelease(t, "v0.2.0"))
 			r.platform = platform
-			r.runWorkflow(actionWorkflow("v0.1.0", map[string]any{"target": "staging", "command": "./deploy.sh staging"}))
+			r.runWorkflow(actionWorkflow("v0.2.0", map[string]any{"target": "staging", "command": "./deploy.sh staging"}))
 			out := r.output.String()
 			calls := s.calls(t)
 			var urls []string
@@ -93,8 +93,8 @@ func TestActionRefusesATamperedRelease(t *testing.T) {
 		"no line for it":   func(string) string { return "" },
 	} {
 		t.Run(name, func(t *testing.T) {
-			releases := fakeRelease(t, "v0.1.0")
-			path := filepath.Join(releases, "v0.1.0", "checksums.txt")
+			releases := fakeRelease(t, "v0.2.0")
+			path := filepath.Join(releases, "v0.2.0", "checksums.txt")
 			sums, err := os.ReadFile(path)
 			if err != nil {
 				t.Fatal(err)
@@ -102,7 +102,7 @@ func TestActionRefusesATamperedRelease(t *testing.T) {
 			if err := os.WriteFile(path, []byte(tamper(string(sums))), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			r, calls := runActionWith(t, releases, "v0.1.0", map[string]any{"target": "staging", "command": "./deploy.sh staging"})
+			r, calls := runActionWith(t, releases, "v0.2.0", map[string]any{"target": "staging", "command": "./deploy.sh staging"})
 			out := r.output.String()
 			if n := len(named(calls, stubPlugin)); n != 0 || r.status["deploy"] != jobFailed {
 				t.Errorf("job %s and the plugin ran %d times, want failed and 0; output:\n%s", r.status["deploy"], n, out)
@@ -119,18 +119,18 @@ func TestActionNeedsAReleaseVersion(t *testing.T) {
 	if r.status["deploy"] != jobFailed || len(named(calls, stubCurl)) != 0 {
 		t.Errorf("used at main without a version: job %s, want failed before any download", r.status["deploy"])
 	}
-	assertContains(t, r.output.String(), "with: version: v0.1.0")
+	assertContains(t, r.output.String(), "with: version: v0.2.0")
 
-	r, calls = runAction(t, "0123456789abcdef0123456789abcdef01234567", map[string]any{"target": "staging", "command": "./deploy.sh staging", "version": "v0.1.0"})
+	r, calls = runAction(t, "0123456789abcdef0123456789abcdef01234567", map[string]any{"target": "staging", "command": "./deploy.sh staging", "version": "v0.2.0"})
 	if r.status["deploy"] != jobPassed || len(acquires(calls)) != 1 {
-		t.Errorf("used at a commit with version v0.1.0: job %s, want passed; output:\n%s", r.status["deploy"], r.output.String())
+		t.Errorf("used at a commit with version v0.2.0: job %s, want passed; output:\n%s", r.status["deploy"], r.output.String())
 	}
 }
 
 // TestActionTellsTheCommandsExitCodeFromThePlugins: a deploy command that
 // exits 3 failed; it was not superseded.
 func TestActionTellsTheCommandsExitCodeFromThePlugins(t *testing.T) {
-	r, _ := runAction(t, "v0.1.0", map[string]any{"target": "staging", "command": "./deploy.sh staging"}, "STUB_DEPLOY_EXIT=3")
+	r, _ := runAction(t, "v0.2.0", map[string]any{"target": "staging", "command": "./deploy.sh staging"}, "STUB_DEPLOY_EXIT=3")
 	out := r.output.String()
 	if r.status["deploy"] != jobFailed {
 		t.Errorf("job %s, want failed", r.status["deploy"])
@@ -145,7 +145,7 @@ func TestActionTellsTheCommandsExitCodeFromThePlugins(t *testing.T) {
 // that code and sets the outcome output.
 func TestActionOutcomes(t *testing.T) {
 	for code, outcome := range map[string]string{"3": "superseded", "4": "timeout", "5": "ended", "1": "error"} {
-		r, calls := runAction(t, "v0.1.0", map[string]any{"target": "staging", "command": "./deploy.sh staging"}, "STUB_ACQUIRE=staging="+code)
+		r, calls := runAction(t, "v0.2.0", map[string]any{"target": "staging", "command": "./deploy.sh staging"}, "STUB_ACQUIRE=staging="+code)
 		out := r.output.String()
 		if r.status["deploy"] != jobFailed || len(named(calls, stubDeploy)) != 0 {
 			t.Errorf("exit code %s: job %s with %d deploys, want failed without deploying", code, r.status["deploy"], len(named(calls, stubDeploy)))
@@ -157,7 +157,7 @@ func TestActionOutcomes(t *testing.T) {
 // TestActionWithoutCommandOutputsTheToken: without a command, the action
 // takes the lock, outputs the fencing token and leaves the claim.
 func TestActionWithoutCommandOutputsTheToken(t *testing.T) {
-	r, calls := runAction(t, "v0.1.0", map[string]any{"target": "staging", "expires-after": "45m"})
+	r, calls := runAction(t, "v0.2.0", map[string]any{"target": "staging", "expires-after": "45m"})
 	acq := acquires(calls)
 	if len(acq) != 1 || len(acq[0].command()) != 0 {
 		t.Fatalf("acquire calls %v, want one without a command", acq)
@@ -171,7 +171,7 @@ func TestActionWithoutCommandOutputsTheToken(t *testing.T) {
 // TestActionRefusesATargetThatIsNoName: the target is echoed into workflow
 // commands, so anything but a namespace name is refused before use.
 func TestActionRefusesATargetThatIsNoName(t *testing.T) {
-	r, calls := runAction(t, "v0.1.0", map[string]any{"target": "staging\n::warning::injected", "command": "./deploy.sh staging"})
+	r, calls := runAction(t, "v0.2.0", map[string]any{"target": "staging\n::warning::injected", "command": "./deploy.sh staging"})
 	if r.status["deploy"] != jobFailed || len(acquires(calls)) != 0 {
 		t.Errorf("job %s, want failed before acquiring", r.status["deploy"])
 	}
@@ -197,10 +197,10 @@ func TestActionGivesEachJobOfARunItsOwnRunID(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newStubs(t)
-			r := newGHRun(t, s, defaultGHEvent(), "STUB_RELEASES="+fakeRelease(t, "v0.1.0"))
+			r := newGHRun(t, s, defaultGHEvent(), "STUB_RELEASES="+fakeRelease(t, "v0.2.0"))
 			r.jobIndex, r.checkRunID = tc.jobIndex, tc.checkRun
 			w := ghWorkflow{Jobs: map[string]ghJob{"deploy": {Env: tc.jobEnv, Steps: []ghStep{
-				{ID: "lock", Uses: "buildlock/buildlock@v0.1.0", With: map[string]any{"target": "staging"}},
+				{ID: "lock", Uses: "buildlock/buildlock@v0.2.0", With: map[string]any{"target": "staging"}},
 				{Name: "release", If: "always()", Shell: "bash", Run: "kubectl-buildlock release --target staging --mine"},
 			}}}}
 			r.runWorkflow(w)
@@ -220,8 +220,8 @@ func TestActionGivesEachJobOfARunItsOwnRunID(t *testing.T) {
 // its own: the action refuses anything but a plain name.
 func TestActionRefusesABuildlockJobThatCouldWriteToGitHubEnv(t *testing.T) {
 	s := newStubs(t)
-	r := newGHRun(t, s, defaultGHEvent(), "STUB_RELEASES="+fakeRelease(t, "v0.1.0"))
-	w := actionWorkflow("v0.1.0", map[string]any{"target": "staging", "command": "./deploy.sh staging"})
+	r := newGHRun(t, s, defaultGHEvent(), "STUB_RELEASES="+fakeRelease(t, "v0.2.0"))
+	w := actionWorkflow("v0.2.0", map[string]any{"target": "staging", "command": "./deploy.sh staging"})
 	job := w.Jobs["deploy"]
 	job.Env = map[string]string{"BUILDLOCK_JOB": "eu\nBASH_ENV=/tmp/evil"}
 	w.Jobs["deploy"] = job

@@ -242,7 +242,7 @@ func TestGitLabComponentKeepsValuesData(t *testing.T) {
 			marker := filepath.Join(t.TempDir(), "PWNED")
 			value := hostileValues(marker)[name]
 			top, err := gitlabInclude(t, map[string]any{"include": []any{map[string]any{
-				"component": "gitlab.example.com/platform/buildlock/buildlock@0.2.0",
+				"component": "gitlab.example.com/platform/buildlock/buildlock@v0.2.0",
 				"inputs":    map[string]any{"target": "staging", "image": "deploy", "command": `./deploy.sh "$CI_COMMIT_TITLE"`},
 			}}})
 			if err != nil {

@@ -143,7 +143,7 @@ func TestGitHubPassesValuesAsData(t *testing.T) {
 	w := githubExample(t)
 	withHostileValues(t, func(t *testing.T, s *stubs, value string) string {
 		event := ghEvent{repository: value, refName: value, headRef: value, runNumber: value, commitMessage: value}
-		r := newGHRun(t, s, event, "STUB_RELEASES="+fakeRelease(t, "v0.1.0"))
+		r := newGHRun(t, s, event, "STUB_RELEASES="+fakeRelease(t, "v0.2.0"))
 		r.runWorkflow(w)
 		return r.output.String()
 	}, envIntact([]string{"GITHUB_REPOSITORY", "GITHUB_REF_NAME", "GITHUB_RUN_NUMBER"}, "CHANGE_CAUSE"))

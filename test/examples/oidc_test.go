@@ -127,7 +127,7 @@ func assertNoTokenIn(t *testing.T, calls []call, output string, tokens ...string
 // cluster again in a later step, as a deploy's smoke test would.
 func oidcWorkflow(permissions any, with map[string]any) ghWorkflow {
 	return ghWorkflow{Jobs: map[string]ghJob{"deploy": {Permissions: permissions, Steps: []ghStep{
-		{ID: "lock", Uses: "buildlock/buildlock@v0.1.0", With: with},
+		{ID: "lock", Uses: "buildlock/buildlock@v0.2.0", With: with},
 		{Name: "smoke test", Shell: "bash", Run: "./deploy.sh smoke-test"},
 	}}}}
 }
@@ -146,7 +146,7 @@ func TestActionReachesTheClusterWithTheJobsOIDCToken(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			api, endpoint := newFakeAPIServer(t), newTokenEndpoint(t)
 			s := newStubs(t)
-			r := newGHRun(t, s, defaultGHEvent(), "STUB_RELEASES="+fakeRelease(t, "v0.1.0"), "STUB_DEPLOY_CONNECTS=1")
+			r := newGHRun(t, s, defaultGHEvent(), "STUB_RELEASES="+fakeRelease(t, "v0.2.0"), "STUB_DEPLOY_CONNECTS=1")
 			r.idTokenURL, r.idTokenRequest = endpoint.URL+"/_apis/distributedtask/token?api-version=2.0", endpoint.request
 			r.runWorkflow(oidcWorkflow(permissions, map[string]any{
 				"target": "staging", "command": "./deploy.sh staging",
@@ -209,7 +209,7 @@ func TestActionOIDCNeedsThePermissionAndTheServer(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			s := newStubs(t)
-			r := newGHRun(t, s, defaultGHEvent(), "STUB_RELEASES="+fakeRelease(t, "v0.1.0"))
+			r := newGHRun(t, s, defaultGHEvent(), "STUB_RELEASES="+fakeRelease(t, "v0.2.0"))
 			r.idTokenURL, r.idTokenRequest = endpoint.URL, endpoint.request
 			with := map[string]any{"target": "staging", "command": "./deploy.sh staging", "oidc-audience": oidcAudience}
 			for k, v := range tc.with {
@@ -231,7 +231,7 @@ func TestActionOIDCNeedsThePermissionAndTheServer(t *testing.T) {
 func TestGitLabComponentReachesTheClusterWithTheJobsIDToken(t *testing.T) {
 	api := newFakeAPIServer(t)
 	top, err := gitlabInclude(t, map[string]any{"include": []any{map[string]any{
-		"component": "gitlab.example.com/platform/buildlock/buildlock@0.2.0",
+		"component": "gitlab.example.com/platform/buildlock/buildlock@v0.2.0",
 		"inputs": map[string]any{
 			"target": "staging", "image": "deploy", "command": "./deploy.sh staging",
 			"oidc": true, "oidc-audience": oidcAudience, "server": api.URL, "certificate-authority-data": api.caData(),
@@ -258,7 +258,7 @@ func TestGitLabComponentReachesTheClusterWithTheJobsIDToken(t *testing.T) {
 
 	// Without oidc the job declares no ID token: GitLab mints none.
 	plain, err := gitlabInclude(t, map[string]any{"include": []any{map[string]any{
-		"component": "gitlab.example.com/platform/buildlock/buildlock@0.2.0",
+		"component": "gitlab.example.com/platform/buildlock/buildlock@v0.2.0",
 		"inputs":    map[string]any{"target": "staging", "image": "deploy", "command": "./deploy.sh staging"},
 	}}})
 	if err != nil {

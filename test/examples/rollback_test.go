@@ -39,15 +39,15 @@ func rollbackReason(marker string) string {
 func TestActionRollsBackOnPurpose(t *testing.T) {
 	marker := filepath.Join(t.TempDir(), "PWNED")
 	reason := rollbackReason(marker)
-	r, calls := runAction(t, "v0.1.0", map[string]any{"target": "staging", "command": "./deploy.sh staging", "rollback": "true", "reason": reason})
+	r, calls := runAction(t, "v0.2.0", map[string]any{"target": "staging", "command": "./deploy.sh staging", "rollback": "true", "reason": reason})
 	assertNotRun(t, marker, r.output.String())
 	assertRollsBack(t, calls, &reason, r.output.String())
 	assertDeployed(t, calls, r.output.String(), "staging")
 
-	r, calls = runAction(t, "v0.1.0", map[string]any{"target": "staging", "command": "./deploy.sh staging"})
+	r, calls = runAction(t, "v0.2.0", map[string]any{"target": "staging", "command": "./deploy.sh staging"})
 	assertRollsBack(t, calls, nil, r.output.String())
 
-	r, calls = runAction(t, "v0.1.0", map[string]any{"target": "staging", "command": "./deploy.sh staging", "rollback": "yes"})
+	r, calls = runAction(t, "v0.2.0", map[string]any{"target": "staging", "command": "./deploy.sh staging", "rollback": "yes"})
 	if r.status["deploy"] != jobFailed || len(acquires(calls)) != 0 {
 		t.Errorf("rollback: yes: job %s with %d acquires, want failed before acquiring", r.status["deploy"], len(acquires(calls)))
 	}
@@ -58,7 +58,7 @@ func TestGitLabComponentRollsBackOnPurpose(t *testing.T) {
 	marker := filepath.Join(t.TempDir(), "PWNED")
 	reason := rollbackReason(marker)
 	top, err := gitlabInclude(t, map[string]any{"include": []any{map[string]any{
-		"component": "gitlab.example.com/platform/buildlock/buildlock@0.2.0",
+		"component": "gitlab.example.com/platform/buildlock/buildlock@v0.2.0",
 		"inputs":    map[string]any{"target": "staging", "image": "deploy", "command": "./deploy.sh staging", "rollback": true, "reason": reason},
 	}}})
 	if err != nil {
@@ -107,7 +107,7 @@ func TestJenkinsStepRollsBackOnPurpose(t *testing.T) {
 func rollbackJenkinsfile(t *testing.T, args string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "Jenkinsfile")
-	if err := os.WriteFile(path, []byte(`@Library('buildlock@v0.1.0') _
+	if err := os.WriteFile(path, []byte(`@Library('buildlock@v0.2.0') _
 pipeline {
   agent { label 'deploy' }
   stages {

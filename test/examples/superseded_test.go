@@ -88,7 +88,7 @@ func TestGitLabSupersededStopsPipeline(t *testing.T) {
 // staging job fails and deploy-production, which needs it, is skipped.
 func TestGitHubSupersededStopsWorkflow(t *testing.T) {
 	s := newStubs(t)
-	r := newGHRun(t, s, defaultGHEvent(), "STUB_RELEASES="+fakeRelease(t, "v0.1.0"), "STUB_ACQUIRE=staging=3")
+	r := newGHRun(t, s, defaultGHEvent(), "STUB_RELEASES="+fakeRelease(t, "v0.2.0"), "STUB_ACQUIRE=staging=3")
 	r.runWorkflow(githubExample(t))
 	out := r.output.String()
 	assertNothingAfter(t, s.calls(t), out)
