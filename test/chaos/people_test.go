@@ -216,6 +216,7 @@ func (p *people) run(ctx context.Context, every time.Duration) {
 		{name: "consent withdrawn and given", do: p.consent}, {name: "delete the token floor", do: p.deleteTokenFloor},
 		{name: "edit the holder", do: p.editHolder}, {name: "a finalizer", do: p.finalized},
 		{name: "edit while no manager runs", do: p.editWhileDown}, {name: "override a freeze", do: p.overrideFreeze},
+		{name: "claim under a new workflow", do: p.newWorkflow},
 	}
 	type op struct {
 		weight int
@@ -224,7 +225,7 @@ func (p *people) run(ctx context.Context, every time.Duration) {
 	ops := []op{
 		{3, p.deleteGrantLease}, {3, p.editHolder}, {2, p.editToken}, {2, p.editWriter}, {1, p.deleteTokenFloor},
 		{2, p.aliceWrites}, {2, p.pipelineConsent}, {1, p.consent}, {1, p.foreignLease}, {3, p.finalized},
-		{1, p.editWhileDown}, {1, p.overrideFreeze},
+		{1, p.editWhileDown}, {1, p.overrideFreeze}, {1, p.newWorkflow},
 	}
 	sleep := func(lo, hi time.Duration) bool {
 		select {
@@ -755,10 +756,81 @@ func (p *people) overrideFreeze(ctx context.Context) bool {
 		wait(1500 * time.Millisecond)
 		p.h.ledger.PersonOverrides(ns, name)
 		p.note("a person overrides a frozen claim", overrideOf(p.admin, "chaos: a person's hotfix"))
-		wait(2 * time.Second)
-		if phase, _, _ := p.h.check.Claim(ns, name); phase != "" {
-			p.ops.add("a person's override of a frozen claim, 2 s later: "+string(phase), 1)
+		phase := buildlockv1.Phase("")
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && phase != buildlockv1.PhaseHeld; wait(200 * time.Millisecond) {
+			phase, _, _ = p.h.check.Claim(ns, name)
+			select {
+			case <-ended:
+				return
+			default:
+			}
 		}
+		p.ops.add("a person's override of a frozen claim, within 5 s: "+string(phaseOf(phase)), 1)
+	})
+	return true
+}
+
+// newWorkflow: build 50+n of a line (acme/hotfix@main, a person's claim)
+// holds a target of its own and goes; then the flood's pipeline identity
+// claims the same repository and branch under a workflow nobody used
+// before, with an older build and source an hour older (issue 31, breaks 5
+// and 6: a workflow's line escaping the branch's memory, or squatted).
+// Every rule of the checker judges it as any claim; what became of it is
+// a figure (a branch-wide "never backwards" rule needs the branch order of
+// spec.timestamp across workflows: issue 31's workflows part).
+func (p *people) newWorkflow(ctx context.Context) bool {
+	p.seq++
+	ns, target, seq := p.floodNS, "workflows-0", p.seq
+	p.wg.Go(func() {
+		ended := ctx.Done()
+		ctx := context.WithoutCancel(ctx)
+		claim := func(c client.Client, name, workflow string, build int64, stamp time.Time) bool {
+			spec := buildlockv1.BuildLockSpec{Target: target, Repo: "acme/hotfix", Branch: "main", Workflow: workflow, Build: build,
+				Timestamp: micro(stamp), ExpiresAfter: &metav1.Duration{Duration: 10 * time.Second}}
+			p.h.ledger.WroteSpec(ns, name, spec)
+			err := retry(ctx, func() error {
+				return client.IgnoreAlreadyExists(c.Create(ctx, &buildlockv1.BuildLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: spec}))
+			})
+			p.note("claim under a workflow", err)
+			return err == nil
+		}
+		settle := func(name string) buildlockv1.Phase {
+			phase := buildlockv1.Phase("")
+			for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+				select {
+				case <-ended:
+					return phase
+				default:
+				}
+				if phase, _, _ = p.h.check.Claim(ns, name); phase != "" && phase != buildlockv1.PhasePending && phase != buildlockv1.PhaseWaiting {
+					break
+				}
+			}
+			return phase
+		}
+		release := func(c client.Client, name string) {
+			p.h.ledger.RequestDelete(ns, name)
+			p.note("release a workflow's claim", client.IgnoreNotFound(retry(ctx, func() error {
+				return c.Delete(ctx, &buildlockv1.BuildLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})
+			})))
+		}
+		now := p.h.clock.Now()
+		held := fmt.Sprintf("hotfix-%d", seq)
+		if !claim(p.admin, held, "acme/hotfix/.github/workflows/deploy.yml", int64(50+seq), now) {
+			return
+		}
+		settle(held)
+		release(p.admin, held)
+		other := fmt.Sprintf("hotfix-%d-other-workflow", seq)
+		if !claim(p.flood, other, fmt.Sprintf("acme/hotfix/.github/workflows/new-%d.yml", seq), int64(49+seq), now.Add(-time.Hour)) {
+			return
+		}
+		settle(other)
+		var bl buildlockv1.BuildLock
+		if err := p.admin.Get(ctx, types.NamespacedName{Namespace: ns, Name: other}, &bl); err == nil {
+			p.ops.add(fmt.Sprintf("an older build under a new workflow, after the branch's newer build held: %s/%s", phaseOf(bl.Status.Phase), bl.Status.Reason), 1)
+		}
+		release(p.flood, other)
 	})
 	return true
 }
