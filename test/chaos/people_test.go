@@ -541,12 +541,12 @@ func (p *people) pipelineConsent(ctx context.Context) bool {
 // new target's grant Lease; a claim of that target must stay Pending
 // (ForeignLease) and the Lease untouched, until the person deletes it.
 // The first time, and then every other time, the target is enforced too
-// (a policy with spec.enforce, and a target namespace that consents): the
-// operator must not retry the grant Lease's create in a loop
+// (a policy with spec.enforce, and a target namespace that consents), and
+// the claim comes 2.5 s after the policy: the operator must not retry the
+// create of the enforced lock's Lease in a loop meanwhile
 // (foreign-lease-quiet: the managers' creates of a Lease refused as
-// existing, over the 2 s before the Lease goes), and with the admission
-// policies installed the policy's Enforced condition must name that Lease
-// (foreign-lease-said).
+// existing, over 2 s), and with the admission policies installed the
+// policy's Enforced condition must name that Lease (foreign-lease-said).
 func (p *people) foreignLease(ctx context.Context) bool {
 	p.seq++
 	ns, target := p.floodNS, fmt.Sprintf("foreign-%d", p.seq)
@@ -571,23 +571,36 @@ func (p *people) foreignLease(ctx context.Context) bool {
 		p.note("enforce a foreign Lease's target", retry(ctx, func() error { return client.IgnoreAlreadyExists(p.admin.Create(ctx, policy)) }))
 	}
 	name := "claim-of-" + target
-	spec := buildlockv1.BuildLockSpec{Target: target, Repo: "acme/shop", Branch: "foreign", Build: int64(p.seq),
-		Timestamp: micro(p.h.clock.Now()), ExpiresAfter: &metav1.Duration{Duration: 10 * time.Second}}
-	p.h.ledger.WroteSpec(ns, name, spec)
-	if err := p.admin.Create(ctx, &buildlockv1.BuildLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: spec}); err != nil {
-		p.note("claim a foreign Lease's target", err)
+	claim := func() {
+		spec := buildlockv1.BuildLockSpec{Target: target, Repo: "acme/shop", Branch: "foreign", Build: int64(p.seq),
+			Timestamp: micro(p.h.clock.Now()), ExpiresAfter: &metav1.Duration{Duration: 10 * time.Second}}
+		p.h.ledger.WroteSpec(ns, name, spec)
+		if err := p.admin.Create(ctx, &buildlockv1.BuildLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: spec}); err != nil {
+			p.note("claim a foreign Lease's target", err)
+		}
+	}
+	if !enforced {
+		claim()
 	}
 	wait := time.Duration(2000+p.rng.IntN(1000)) * time.Millisecond
 	p.wg.Go(func() {
-		const quiet = 2 * time.Second
-		time.Sleep(wait - quiet)
-		creates := func() int { return p.h.faults.refused.get("create lease (already exists)") }
-		before := creates()
-		time.Sleep(quiet)
-		if n := creates() - before; enforced && n > 4 {
-			p.h.check.AddViolation(LockKey{Namespace: ns, Target: target}, "foreign-lease-quiet",
-				"the managers tried %d creates of grant Leases that exist in %s while %s was somebody else's Lease: a write retried in a loop", n, quiet, lease.Name)
+		if enforced {
+			// The enforced lock without claims first: its Lease is written
+			// for the enforcement alone, without a decision that grants.
+			const quiet = 2 * time.Second
+			creates := func() int { return p.h.faults.refused.get("create lease (already exists)") }
+			time.Sleep(500 * time.Millisecond)
+			before := creates()
+			time.Sleep(quiet)
+			n := creates() - before
+			p.ops.add(fmt.Sprintf("grant Lease creates refused as existing in the %s an enforced target's foreign Lease waited unclaimed: %d", quiet, n), 1)
+			if n > 4 {
+				p.h.check.AddViolation(LockKey{Namespace: ns, Target: target}, "foreign-lease-quiet",
+					"the managers tried %d creates of grant Leases that exist in %s while %s was somebody else's Lease: a write retried in a loop", n, quiet, lease.Name)
+			}
+			claim()
 		}
+		time.Sleep(wait)
 		var bl buildlockv1.BuildLock
 		if err := p.admin.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &bl); err == nil {
 			p.ops.add(fmt.Sprintf("claim of a foreign Lease's target after 2 s: %s/%s", phaseOf(bl.Status.Phase), bl.Status.Reason), 1)
