@@ -76,8 +76,8 @@ type people struct {
 	seq                  int
 	// enforcedForeign: a foreign Lease was put under an enforced target.
 	enforcedForeign bool
-	lastConsent          time.Time
-	wg                   sync.WaitGroup
+	lastConsent     time.Time
+	wg              sync.WaitGroup
 	// flood and victim figures
 	mu         sync.Mutex
 	figures    []string
