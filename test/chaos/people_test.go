@@ -74,14 +74,15 @@ type people struct {
 
 	floodNS, floodTarget string
 	seq                  int
-	// enforcedForeign: a foreign Lease was put under an enforced target.
-	enforcedForeign bool
-	lastConsent     time.Time
-	wg              sync.WaitGroup
+	lastConsent          time.Time
+	wg                   sync.WaitGroup
 	// flood and victim figures
 	mu         sync.Mutex
 	figures    []string
 	failedOnce map[string]bool
+
+	// enforcedForeign: a foreign Lease was put under an enforced target.
+	enforcedForeign bool
 }
 
 // setupPeople grants the people and pipelines what RBAC would let them do
