@@ -18,6 +18,21 @@ import (
 	"github.com/buildlock/buildlock/internal/testenv"
 )
 
+// apiServerOfItsOwn starts a kube-apiserver and etcd for the calling
+// container of specs alone (stopped after it), with the BuildLock CRD and
+// no admission policy, and returns a connection to it and a client.
+func apiServerOfItsOwn() (*rest.Config, client.Client) {
+	GinkgoHelper()
+	env, err := testenv.New()
+	Expect(err).NotTo(HaveOccurred())
+	c, err := env.Start()
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(env.Stop)
+	admin, err := client.New(c, client.Options{Scheme: scheme})
+	Expect(err).NotTo(HaveOccurred())
+	return c, admin
+}
+
 // Issue 31, breaks 10 and the override hold's message: a person's
 // override of a freeze is recorded where it outlives its claim, and its
 // holder is told once until when it holds.
@@ -68,13 +83,7 @@ var _ = Describe("An override nothing verified", Ordered, func() {
 		pipeline = "system:serviceaccount:" + ci + ":pipeline"
 	)
 	BeforeAll(func() {
-		env, err := testenv.New()
-		Expect(err).NotTo(HaveOccurred())
-		cfg2, err = env.Start()
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(env.Stop)
-		admin, err = client.New(cfg2, client.Options{Scheme: scheme})
-		Expect(err).NotTo(HaveOccurred())
+		cfg2, admin = apiServerOfItsOwn()
 		Expect(admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ci}})).To(Succeed())
 		role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ci, Name: "pipeline"},
 			Rules: []rbacv1.PolicyRule{{APIGroups: []string{buildlockv1.GroupVersion.Group}, Resources: []string{"buildlocks"},

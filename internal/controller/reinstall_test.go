@@ -82,13 +82,7 @@ var _ = Describe("Re-installing the enforcement policies", Ordered, func() {
 	}
 
 	BeforeAll(func() {
-		env, err := testenv.New()
-		Expect(err).NotTo(HaveOccurred())
-		cfg2, err = env.Start()
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(env.Stop)
-		admin, err = client.New(cfg2, client.Options{Scheme: scheme})
-		Expect(err).NotTo(HaveOccurred())
+		cfg2, admin = apiServerOfItsOwn()
 		for _, ns := range []*corev1.Namespace{
 			{ObjectMeta: metav1.ObjectMeta{Name: ci}},
 			{ObjectMeta: metav1.ObjectMeta{Name: target, Labels: map[string]string{buildlockv1.LockedByLabel: ci}}},
