@@ -291,7 +291,10 @@ func (p *people) heldLock() (LockKey, ClaimRef, []ClaimRef, bool) {
 		k := p.h.targets[i]
 		claims := p.h.check.Claims(k)
 		if j := slices.IndexFunc(claims, func(c ClaimRef) bool { return c.Phase == buildlockv1.PhaseHeld }); j >= 0 {
-			return k, claims[j], slices.Delete(claims, j, j+1), true
+			// The holder first: slices.Delete shifts and clears the array
+			// it shares.
+			holder := claims[j]
+			return k, holder, slices.Delete(claims, j, j+1), true
 		}
 	}
 	return LockKey{}, ClaimRef{}, nil, false
