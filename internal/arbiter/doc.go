@@ -173,8 +173,10 @@
 //     unless it is a later grant to that claim (a higher token, acquired
 //     after the time its status shows), which stands; one
 //     that names a claim not shown Held yet (granted, its status not
-//     written) with a token not above every other claim's, or below its
-//     Floor, takes the next token above them (RepairToken). A record's
+//     written) with a token below the one its Lines record of that grant
+//     (its build, held at the record's acquire time) carries takes that
+//     token back; else, with a token not above every other claim's, or
+//     below its Floor, the next token above them (RepairToken). A record's
 //     Writer is its holder's (RepairWriter). A restored record keeps in
 //     Lines every build the claims show held; an absent record with nobody
 //     holding is written again when there is such a build to remember
