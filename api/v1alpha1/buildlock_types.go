@@ -62,8 +62,10 @@ const (
 	// name (buildlock-<target>) is taken by a Lease that buildlock did not
 	// create (it carries no app.kubernetes.io/managed-by=buildlock label and
 	// no buildlock.io/ label or annotation): the operator never takes such a
-	// Lease over. The claim proceeds once that Lease is deleted; the
-	// operator looks again every minute.
+	// Lease over, nor writes it in a loop. The claim proceeds once that
+	// Lease is deleted; the operator looks again every minute, and on any
+	// event of the lock's claims. On a BuildLockPolicy's Enforced condition
+	// (False), it says the same Lease keeps the target from being fenced.
 	ReasonForeignLease = "ForeignLease"
 	// ReasonAcquired means the claim holds the lock.
 	ReasonAcquired = "Acquired"

@@ -227,11 +227,11 @@ func (d *decider) endClaims() (candidates []int) {
 
 // releasedByFreeze reports whether the hold of c, which the grant names,
 // ends because a freeze whose window releases the holder started after its
-// grant (rule 12): not a hold with an override, which goes through the
-// freeze.
+// grant (rule 12): not a hold with a verified override, which goes
+// through the freeze.
 func (d *decider) releasedByFreeze(c *Claim) bool {
 	f := d.policy.Freeze
-	return f.Frozen && !f.ReleaseSince.IsZero() && f.ReleaseSince.After(d.grant.AcquiredAt) && c.Override.Reason == ""
+	return f.Frozen && !f.ReleaseSince.IsZero() && f.ReleaseSince.After(d.grant.AcquiredAt) && !c.Override.Verified()
 }
 
 // holdEnd returns the phase and reason with which the hold of c granted at
@@ -741,7 +741,7 @@ func (d *decider) decision() Decision {
 		out.Holder = d.claims[h].Name
 		out.NextLook = d.describeHold(h, out.Grant)
 		v := &d.verdicts[h]
-		v.Overridden = d.policy.Freeze.Frozen && v.From != Held && d.claims[h].Override.Reason != ""
+		v.Overridden = d.policy.Freeze.Frozen && v.From != Held && d.claims[h].Override.Verified()
 	}
 	out.NextLook = earliest(out.NextLook, d.overrideChange())
 	if len(d.queue) > 0 {
@@ -789,7 +789,7 @@ func (d *decider) overrideChange() time.Time {
 	for _, i := range d.queue {
 		o := d.claims[i].Override
 		switch {
-		case o.Reason == "" || !o.Expires.After(d.now):
+		case !o.Verified() || !o.Expires.After(d.now):
 		case o.InEffect(d.now):
 			next = earliest(next, o.Expires)
 		default:

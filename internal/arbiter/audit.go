@@ -10,8 +10,9 @@ import (
 // grant (to c with token, or, with c nil, to nobody): the input record's,
 // with the entries of what this decision did that must outlive its claims:
 // a hold it ended because a person force-released it, and c's grant when c
-// is a rollback or a person's override. The newest MaxAuditEntries within
-// AuditBytes are kept.
+// is a rollback, a person's claim that a pipeline's would not have been, or
+// a claim a person's override let through a freeze. The newest
+// MaxAuditEntries within AuditBytes are kept.
 func (d *decider) audit(c *Claim, token int64) []AuditEntry {
 	var added []AuditEntry
 	if d.ended.Reason == ReasonForceReleased && d.granted != none {
@@ -20,6 +21,9 @@ func (d *decider) audit(c *Claim, token int64) []AuditEntry {
 	}
 	if c != nil {
 		if e, ok := d.grantAudit(c, token); ok {
+			added = append(added, e)
+		}
+		if e, ok := d.freezeAudit(c, token); ok {
 			added = append(added, e)
 		}
 	}
@@ -53,6 +57,16 @@ func (d *decider) grantAudit(c *Claim, token int64) (AuditEntry, bool) {
 		return e, true
 	}
 	return AuditEntry{}, false
+}
+
+// freezeAudit is the entry of c's grant with token, if it goes through a
+// freeze by c's override (rule 12): who let it through (the override's
+// verified By) and why, as "Frozen: <the override's reason>".
+func (d *decider) freezeAudit(c *Claim, token int64) (AuditEntry, bool) {
+	if !d.policy.Freeze.Frozen || !c.Override.InEffect(d.now) {
+		return AuditEntry{}, false
+	}
+	return auditEntry(AuditOverride, c, token, d.now, c.Override.By, ReasonFrozen+": "+c.Override.Reason), true
 }
 
 // auditEntry is an entry of kind about claim c's hold with token, by and

@@ -133,9 +133,10 @@
 //     replaces its line's record, whatever it was, and sets its Since), how
 //     the previous hold ended in Ended, and the new holder's Writer; and it
 //     appends to Audit what must outlive the claims: a hold that ended
-//     because a person force-released it, and a grant to a rollback or to a
-//     person's claim that rule 3 would have refused a pipeline (an
-//     override), keeping the newest MaxAuditEntries. Lines keeps every line it
+//     because a person force-released it, and a grant to a rollback, to a
+//     person's claim that rule 3 would have refused a pipeline, or through
+//     a freeze by an override (rule 12) (the last two are overrides),
+//     keeping the newest MaxAuditEntries. Lines keeps every line it
 //     had that still counts, raised to what the claims show; a line gets a
 //     new record only while the records stay within LineMemoryBytes, and
 //     their owner's within LineMemoryBytesPerOwner: no record is ever
@@ -172,8 +173,10 @@
 //     unless it is a later grant to that claim (a higher token, acquired
 //     after the time its status shows), which stands; one
 //     that names a claim not shown Held yet (granted, its status not
-//     written) with a token not above every other claim's, or below its
-//     Floor, takes the next token above them (RepairToken). A record's
+//     written) with a token below the one its Lines record of that grant
+//     (its build, held at the record's acquire time) carries takes that
+//     token back; else, with a token not above every other claim's, or
+//     below its Floor, the next token above them (RepairToken). A record's
 //     Writer is its holder's (RepairWriter). A restored record keeps in
 //     Lines every build the claims show held; an absent record with nobody
 //     holding is written again when there is such a build to remember
@@ -186,7 +189,8 @@
 //  12. A frozen target takes no grant. While Policy.Freeze says the target
 //     is frozen (its policy's windows), no claim is granted, but through an
 //     override: without a live holder, the first ranked survivor whose
-//     Override is in effect (set, not expired, and expiring at most
+//     Override is in effect (verified: the API server stamped who set it,
+//     and that is not a service account; not expired; and expiring at most
 //     MaxOverrideFor ahead) is granted (Held, Acquired; its verdict
 //     Overridden), going ahead of the claims the freeze holds back, which
 //     keep their places; a build of its line at or below it that was ahead
@@ -197,8 +201,10 @@
 //     once: a claim is granted once. Nobody is pre-empted by a freeze
 //     either: the holder keeps the lock, unless a Deny window in effect
 //     that says holder: Release started after the hold's grant
-//     (Freeze.ReleaseSince) and the holder has no override: then it is
-//     Released with reason FreezeStarted. Newcomers queue or take the slot
+//     (Freeze.ReleaseSince) and the holder has no verified override: then
+//     it is Released with reason FreezeStarted. An override nothing
+//     verified is void: its claim waits Frozen like any, and its message
+//     says why. Newcomers queue or take the slot
 //     as usual, and rules 1–11 hold as ever.
 //
 // Decide restores the grant record (11) first; then it settles terminal

@@ -19,6 +19,14 @@ func overridden(c Claim, minute int) Claim {
 	return c
 }
 
+// unverifiedOverride gives c an override that expires at minute 90, whose
+// stamp by is not a person's verified name ("": nothing verified it).
+func unverifiedOverride(c Claim, by string) Claim {
+	c = overridden(c, 90)
+	c.Override.By = by
+	return c
+}
+
 func TestAFrozenTargetTakesNoGrant(t *testing.T) {
 	releasing := Policy{Freeze: holiday}
 	releasing.Freeze.ReleaseSince, releasing.Freeze.ReleaseWindow = at(50), "holiday"
@@ -95,6 +103,24 @@ func TestAFrozenTargetTakesNoGrant(t *testing.T) {
 			want:   map[string]string{"shop-41": "Held Acquired", "web-7": "Waiting Frozen"},
 			holder: "shop-41", waiting: "web-7", token: 1,
 		},
+		"an override nothing verified does not apply (issue 31: a pipeline's own annotation)": {
+			claims: []Claim{unverifiedOverride(shop1, "")},
+			policy: frozen,
+			want:   map[string]string{"shop-41": "Waiting Frozen"},
+			holder: "", waiting: "shop-41",
+		},
+		"an override stamped with a service account's name does not apply": {
+			claims: []Claim{unverifiedOverride(shop1, "system:serviceaccount:ci:pipeline")},
+			policy: frozen,
+			want:   map[string]string{"shop-41": "Waiting Frozen"},
+			holder: "", waiting: "shop-41",
+		},
+		"a holder whose override nothing verified is released by holder: Release": {
+			claims: []Claim{unverifiedOverride(held(shop1, 1), ""), web7},
+			grant:  shopHolds, policy: releasing,
+			want:   map[string]string{"shop-41": "Released FreezeStarted", "web-7": "Waiting Frozen"},
+			holder: "", waiting: "web-7", grantChanged: true, token: 1,
+		},
 		"an open target grants as ever": {
 			claims: []Claim{shop1},
 			want:   map[string]string{"shop-41": "Held Acquired"},
@@ -128,5 +154,49 @@ func TestFreezeMessages(t *testing.T) {
 		if got := f.Describe(); got == "" || strings.Contains(got, "()") {
 			t.Errorf("Describe(%+v) = %q", f, got)
 		}
+	}
+}
+
+// Issue 31: an override counts only when the API server verified that a
+// person set it, says so when it does not, is recorded in the grant
+// record's audit when it lets a claim through, and its hold's message has
+// one "until": the hold's.
+func TestOverridesAreVerifiedAudited(t *testing.T) {
+	for by, want := range map[string]string{
+		"":                                  `Its override ("hotfix for incident 4711") does not apply: nothing verified who set it.`,
+		"system:serviceaccount:ci:pipeline": `Its override by "system:serviceaccount:ci:pipeline" ("hotfix for incident 4711") does not apply: that is a pipeline's identity`,
+	} {
+		d := input{claims: []Claim{unverifiedOverride(shop1, by)}, now: at(60), policy: frozen}.decide()
+		v := verdictOf(d, "shop-41")
+		if v.Overridden || !strings.Contains(v.Message, want) {
+			t.Errorf("by %q: overridden=%v message %q, want it to contain %q", by, v.Overridden, v.Message, want)
+		}
+		if !d.NextLook.IsZero() {
+			t.Errorf("by %q: NextLook %s: a void override changes nothing in time", by, d.NextLook)
+		}
+	}
+
+	podless := overridden(shop1, 90)
+	podless.Pod, podless.ExpiresAfter = NoPod, 10*time.Minute
+	d := input{claims: []Claim{podless}, now: at(60), policy: frozen}.decide()
+	v := verdictOf(d, "shop-41")
+	want := `Holding staging with fencing token 1 until 2026-03-02T10:10:00Z unless spec.renewTime is bumped, through its freeze ` +
+		`(holiday freeze): overridden by "alice@example.com" ("hotfix for incident 4711"); deploy now and delete this BuildLock when done.`
+	if v.Message != want {
+		t.Errorf("held through the freeze:\n got %q\nwant %q", v.Message, want)
+	}
+	if n := strings.Count(v.Message, "until"); n != 1 {
+		t.Errorf("%d times \"until\" in %q", n, v.Message)
+	}
+	wantAudit := AuditEntry{Kind: AuditOverride, At: at(60), Name: "shop-41", Repo: "acme/shop", Branch: "main", Build: 41, Token: 1,
+		By: "alice@example.com", Reason: "Frozen: hotfix for incident 4711"}
+	if len(d.Grant.Audit) != 1 || !d.Grant.Audit[0].equal(wantAudit) {
+		t.Errorf("audit %+v, want [%+v]", d.Grant.Audit, wantAudit)
+	}
+
+	// A grant while the target is open records nothing, override or not.
+	open := input{claims: []Claim{overridden(shop1, 90)}, now: at(60)}.decide()
+	if len(open.Grant.Audit) != 0 {
+		t.Errorf("an open target's grant audited: %+v", open.Grant.Audit)
 	}
 }

@@ -334,6 +334,13 @@ func laterGrantTo(c Claim, g Grant) bool {
 	return c.FencingToken > 0 && g.Token > c.FencingToken && !c.AcquiredAt.IsZero() && g.AcquiredAt.After(c.AcquiredAt)
 }
 
+// personsOverride is Override.Verified restated independently: an
+// override counts only when the API server stamped who set it, and that
+// is no service account.
+func personsOverride(o Override) bool {
+	return o.Reason != "" && o.By != "" && !strings.HasPrefix(o.By, "system:serviceaccount:")
+}
+
 // holdIsLive is rule 2 restated independently: does the granted claim keep
 // the lock at now?
 func holdIsLive(c Claim, g Grant, now time.Time, p Policy) bool {
@@ -343,7 +350,7 @@ func holdIsLive(c Claim, g Grant, now time.Time, p Policy) bool {
 	if p.MaxHold > 0 && !now.Before(g.AcquiredAt.Add(p.MaxHold)) {
 		return false
 	}
-	if f := p.Freeze; f.Frozen && f.ReleaseSince.After(g.AcquiredAt) && c.Override.Reason == "" {
+	if f := p.Freeze; f.Frozen && f.ReleaseSince.After(g.AcquiredAt) && !personsOverride(c.Override) {
 		return false // a freeze that releases holders started after the grant
 	}
 	if c.Pod != NoPod {

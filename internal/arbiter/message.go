@@ -91,35 +91,27 @@ func (d *decider) freezeMessage(c *Claim, reason string) string {
 }
 
 // heldMessage tells the holder to deploy, and until when it may; a
-// rollback, that it holds as one; a holder with an override while the
-// target is frozen, that it holds through the freeze, and by whose
-// override.
+// rollback, that it holds as one; a holder with a verified override while
+// the target is frozen, that it holds through the freeze (why it is
+// frozen, not until when: the one "until" of the message is the hold's),
+// and by whose override.
 func (d *decider) heldMessage(c *Claim, v *Verdict, grant Grant) string {
 	_, reason := holdDeadline(c, grant.AcquiredAt, d.now, d.policy.MaxHold)
 	holding := fmt.Sprintf("Holding %s with fencing token %d", d.lock.Target, grant.Token)
 	if c.Rollback {
 		holding += fmt.Sprintf(", as a rollback of %s@%s to build %d (%s)", c.Repo, printable(c.Branch), c.Build, quote(c.RollbackReason))
 	}
-	if o := c.Override; d.policy.Freeze.Frozen && o.Reason != "" {
-		holding += fmt.Sprintf(" through its freeze %s, overridden by %s (%s)", d.policy.Freeze.Describe(), overrider(o), quote(o.Reason))
-	}
 	switch {
 	case v.ExpiresAt.IsZero():
-		return holding + "; deploy now and delete this BuildLock when done."
 	case reason == ReasonExpired:
-		return fmt.Sprintf("%s until %s unless spec.renewTime is bumped; deploy now and delete this BuildLock when done.",
-			holding, stamp(v.ExpiresAt))
+		holding += fmt.Sprintf(" until %s unless spec.renewTime is bumped", stamp(v.ExpiresAt))
+	default:
+		holding += fmt.Sprintf(" until %s, its maximum hold", stamp(v.ExpiresAt))
 	}
-	return fmt.Sprintf("%s until %s, its maximum hold; deploy now and delete this BuildLock when done.", holding, stamp(v.ExpiresAt))
-}
-
-// overrider names who set an override: the verified user, or "an
-// unverified requester".
-func overrider(o Override) string {
-	if o.By == "" {
-		return "an unverified requester"
+	if o := c.Override; d.policy.Freeze.Frozen && o.Verified() {
+		holding += fmt.Sprintf(", through its freeze (%s): overridden by %s (%s)", d.policy.Freeze.Why(), quote(o.By), quote(o.Reason))
 	}
-	return quote(o.By)
+	return holding + "; deploy now and delete this BuildLock when done."
 }
 
 // overriddenNote is what a message adds for a claim that waits while the
@@ -130,8 +122,8 @@ func (d *decider) overriddenNote(c *Claim) string {
 	if !d.policy.Freeze.Frozen || !o.InEffect(d.now) {
 		return ""
 	}
-	return fmt.Sprintf(" %s is frozen %s, but this claim is overridden by %s (%s) until %s: it goes through the freeze "+
-		"when its turn comes.", d.lock.Target, d.policy.Freeze.Describe(), overrider(o), quote(o.Reason), stamp(o.Expires))
+	return fmt.Sprintf(" %s is frozen %s, but this claim is overridden by %s (%s), which lapses unused at %s: it goes through "+
+		"the freeze when its turn comes.", d.lock.Target, d.policy.Freeze.Describe(), quote(o.By), quote(o.Reason), stamp(o.Expires))
 }
 
 // voidOverrideNote says why the override of a claim held back by a freeze
@@ -141,14 +133,21 @@ func (d *decider) voidOverrideNote(c *Claim) string {
 	switch {
 	case o.Reason == "":
 		return ""
+	case o.By == "":
+		return fmt.Sprintf(". Its override (%s) does not apply: nothing verified who set it. Only an override that the API server "+
+			"stamped with a person's name (buildlock.io/overridden-by, by the buildlock-override admission policies) lets a claim "+
+			"through a freeze", quote(o.Reason))
+	case !o.Verified():
+		return fmt.Sprintf(". Its override by %s (%s) does not apply: that is a pipeline's identity, and overriding a freeze is "+
+			"for people (kubectl buildlock override)", quote(o.By), quote(o.Reason))
 	case o.Expires.IsZero():
 		return fmt.Sprintf(". Its override by %s does not apply: it has no buildlock.io/override-expires, or one that is not an "+
-			"RFC 3339 time", overrider(o))
+			"RFC 3339 time", quote(o.By))
 	case !d.now.Before(o.Expires):
-		return fmt.Sprintf(". Its override by %s expired at %s", overrider(o), stamp(o.Expires))
+		return fmt.Sprintf(". Its override by %s expired at %s", quote(o.By), stamp(o.Expires))
 	}
 	return fmt.Sprintf(". Its override by %s does not apply yet: it expires at %s, more than %s ahead (kubectl buildlock "+
-		"override --for at most %s)", overrider(o), stamp(o.Expires), MaxOverrideFor, MaxOverrideFor)
+		"override --for at most %s)", quote(o.By), stamp(o.Expires), MaxOverrideFor, MaxOverrideFor)
 }
 
 // rollbackHint says how to deploy a build of a line below what it

@@ -83,6 +83,13 @@ func (d *decider) restoreNamed(g Grant, holder int) (Grant, string) {
 			out.AcquiredAt = c.AcquiredAt
 		}
 		repair = RepairToken
+	case c.Phase != Held && grantedToken(c, g) > g.Token:
+		// Granted, its Held status not written yet, and its token lowered
+		// by hand: the line record the grant wrote with it still says
+		// which token it was (bug 15: the claims that showed the tokens
+		// before it may be gone, and its pipeline may hold that one).
+		out.Token = grantedToken(c, g)
+		repair = RepairToken
 	case c.Phase != Held && (g.Token < g.Floor || g.Token <= others):
 		// Granted, its Held status not written yet: a grant's token is above
 		// every token there was, so a lower one was lowered by hand.
@@ -94,6 +101,19 @@ func (d *decider) restoreNamed(g Grant, holder int) (Grant, string) {
 		repair = cmp.Or(repair, RepairWriter)
 	}
 	return out, repair
+}
+
+// grantedToken is the token that record g's line record of claim c's
+// grant carries (the record of c's line at c's build, held at g's acquire
+// time: written in the grant's own compare-and-swap), or 0 if there is
+// none.
+func grantedToken(c *Claim, g Grant) int64 {
+	for _, r := range g.Lines {
+		if lineOfRecord(&r) == lineOf(*c) && r.Build == c.Build && r.HeldAt.Equal(g.AcquiredAt) {
+			return r.Token
+		}
+	}
+	return 0
 }
 
 // regranted reports whether record g, which names claim c shown Held, is

@@ -62,6 +62,23 @@ func TestALostOrEditedRecordIsRestored(t *testing.T) {
 			want:   map[string]string{"web-6": "Held Acquired"},
 			holder: "web-6", grantChanged: true, token: 122,
 		},
+		// Bug 15, with the grant's Held status not written yet: its token
+		// lowered by hand and the previous holder's claim gone, nothing
+		// shows the token but the line record the grant wrote.
+		"a fresh grant whose token was lowered by hand takes back the token its line record carries": {
+			claims: []Claim{claim("shop-42", shop, 42, 50)},
+			grant: Grant{Holder: "shop-42", HolderUID: "uid-shop-42", Token: 1, AcquiredAt: at(55),
+				Lines: []LineRecord{{Repo: "acme/shop", Branch: "main", Build: 42, HeldAt: at(55), Token: 1202}}},
+			want:   map[string]string{"shop-42": "Held Acquired"},
+			holder: "shop-42", grantChanged: true, token: 1202,
+		},
+		"a fresh grant's line record of another acquire time says nothing of its token": {
+			claims: []Claim{claim("shop-42", shop, 42, 50)},
+			grant: Grant{Holder: "shop-42", HolderUID: "uid-shop-42", Token: 1, AcquiredAt: at(55),
+				Lines: []LineRecord{{Repo: "acme/shop", Branch: "main", Build: 42, HeldAt: at(20), Token: 1202}}},
+			want:   map[string]string{"shop-42": "Held Acquired"},
+			holder: "shop-42", token: 1,
+		},
 		"a record edited to name the waiter names the holder again": {
 			claims: []Claim{holder, waiter}, grant: Grant{Holder: "shop-42", HolderUID: "uid-shop-42", Token: 7, AcquiredAt: at(30)},
 			want:   map[string]string{"web-5": "Held Acquired", "shop-42": "Waiting WaitingForHolder"},

@@ -184,11 +184,23 @@ type Override struct {
 	By string
 }
 
+// Verified reports whether the override may let its claim through a
+// freeze at all: it is set, the API server verified who set it (By), and
+// that is a person's identity, not a service account's. An override that
+// nothing verified (a cluster without the buildlock-override admission
+// policies, where any client with patch rights on its claim could write
+// it: the pipeline itself) never widens anyone's rights; it is void, and
+// the claim's message says why.
+func (o Override) Verified() bool {
+	return o.Reason != "" && o.By != "" && !IsServiceAccount(o.By)
+}
+
 // InEffect reports whether the override lets its claim be granted at now:
-// it is set, has not expired, and expires at most MaxOverrideFor after now
-// (an expiry further ahead is void until then: no override lasts longer).
+// it is Verified, has not expired, and expires at most MaxOverrideFor
+// after now (an expiry further ahead is void until then: no override lasts
+// longer).
 func (o Override) InEffect(now time.Time) bool {
-	return o.Reason != "" && now.Before(o.Expires) && !o.Expires.After(now.Add(MaxOverrideFor))
+	return o.Verified() && now.Before(o.Expires) && !o.Expires.After(now.Add(MaxOverrideFor))
 }
 
 // Freeze is whether the lock's target takes grants now, as its policy's
@@ -222,19 +234,28 @@ type Freeze struct {
 // it: "until 2026-12-28T08:00:00+01:00 (holiday freeze)". It depends only
 // on f, not on how much time passed.
 func (f Freeze) Describe() string {
-	why := f.Reason
 	switch {
 	case f.Invalid:
-		return "until its BuildLockPolicy is fixed (a window cannot be evaluated: see the policy's Ready condition)"
-	case why == "" && f.Window != "":
-		why = "window " + f.Window
-	case why == "":
-		why = "outside its Allow windows"
+		return "until its BuildLockPolicy is fixed (" + f.Why() + ": see the policy's Ready condition)"
+	case f.Until.IsZero():
+		return fmt.Sprintf("for more than a year (%s)", f.Why())
 	}
-	if f.Until.IsZero() {
-		return fmt.Sprintf("for more than a year (%s)", printable(why))
+	return fmt.Sprintf("until %s (%s)", f.Until.Format(time.RFC3339), f.Why())
+}
+
+// Why says why the target is frozen, as Describe gives it in parentheses:
+// the window's reason ("holiday freeze"), else its name ("window
+// holiday"), else "outside its Allow windows"; printable.
+func (f Freeze) Why() string {
+	switch {
+	case f.Invalid:
+		return "a window cannot be evaluated"
+	case f.Reason != "":
+		return printable(f.Reason)
+	case f.Window != "":
+		return printable("window " + f.Window)
 	}
-	return fmt.Sprintf("until %s (%s)", f.Until.Format(time.RFC3339), printable(why))
+	return "outside its Allow windows"
 }
 
 // serviceAccountPrefix starts the user name of every Kubernetes service
@@ -383,7 +404,8 @@ const (
 // AuditEntry is one notable event of the lock (Grant.Audit): a
 // force-released hold, a rollback granted, or an override granted (a
 // person's claim on a line another service account owned, or whose build
-// jumped further than a pipeline's may).
+// jumped further than a pipeline's may; or a claim a person's override let
+// through a freeze).
 type AuditEntry struct {
 	// Kind is AuditForceRelease, AuditRollback or AuditOverride.
 	Kind string
@@ -397,12 +419,14 @@ type AuditEntry struct {
 	Build    int64
 	Token    int64
 	// By is who did it as the API server verified them (the force-release's
-	// Claim.ForceReleasedBy, the claim's Identity); empty if unverified.
+	// Claim.ForceReleasedBy, the claim's Identity, a freeze override's
+	// Override.By); empty if unverified.
 	By string
 	// Reason is why: Claim.ForceRelease, Claim.RollbackReason, or the rule
 	// an override was exempt from (ReasonLineOwnedByOther,
-	// ReasonBuildJumpTooLarge). Free text is cut to MaxQuotedLength
-	// characters and maxAuditTextBytes bytes.
+	// ReasonBuildJumpTooLarge; for a freeze, ReasonFrozen, a colon and the
+	// override's reason: "Frozen: hotfix"). Free text is cut to
+	// MaxQuotedLength characters and maxAuditTextBytes bytes.
 	Reason string
 	// From is the build of the line the memory had: the build a rollback
 	// rolled back from, or the one an override went past.

@@ -58,6 +58,14 @@ func (g granter) apply(ctx context.Context, lock arbiter.Lock, obs observation, 
 			return obs, d, err
 		}
 		if _, err := grant.Write(ctx, g.client, g.memory, lock, lease, d.Grant, obs.policy.Enforce, now); err != nil {
+			if lease == nil && apierrors.IsAlreadyExists(err) {
+				// The create of an enforced lock's Lease, which the cache
+				// did not show: it may be somebody else's, which no retry
+				// would ever create.
+				if obs.foreign, err = g.foreignLease(ctx, lock); obs.foreign != nil || err != nil {
+					return obs, d, err
+				}
+			}
 			return obs, d, err
 		}
 	}
@@ -105,6 +113,22 @@ func (g granter) reserve(ctx context.Context, lock arbiter.Lock, obs observation
 	return nil
 }
 
+// foreignLease reads the lock's grant Lease live after a create of it
+// failed with AlreadyExists, and returns it if it is somebody else's
+// (remembered, so that the lock reads it again rather than writing), else
+// the AlreadyExists of a lost race.
+func (g granter) foreignLease(ctx context.Context, lock arbiter.Lock) (*coordinationv1.Lease, error) {
+	lease, err := grant.Get(ctx, g.live, lock)
+	if err != nil {
+		return nil, err
+	}
+	if lease == nil || grant.Owned(lease) {
+		return nil, apierrors.NewAlreadyExists(coordinationv1.Resource("leases"), buildlockv1.GrantLeaseName(lock.Target))
+	}
+	g.memory.NoteForeign(lock, lease)
+	return lease, nil
+}
+
 // rememberTokens remembers the highest token the lock shows: its Lease's,
 // its claims', and the decision's grant (written by now).
 func (g granter) rememberTokens(lock arbiter.Lock, obs observation, d arbiter.Decision) {
@@ -128,10 +152,8 @@ func lostRace(err error) bool {
 // written to that Lease; every claim still Pending says why. It has no
 // receiver, to facilitate testing.
 func foreignLeaseDecision(lock arbiter.Lock, obs observation) arbiter.Decision {
-	foreign := obs.foreign
-	message := fmt.Sprintf("Lease %s/%s exists but was not created by buildlock (it has no label %s=%s): the lock of target %s "+
-		"cannot be granted while it is there, and buildlock never takes it over. Delete that Lease, or claim another "+
-		"target; until then this claim stays Pending.", foreign.Namespace, foreign.Name, grant.ManagedByLabel, grant.ManagedByValue, lock.Target)
+	message := fmt.Sprintf("%s: the lock of target %s cannot be granted while it is there, and buildlock never takes it over. "+
+		"Delete that Lease, or claim another target; until then this claim stays Pending.", grant.ForeignLeaseProblem(obs.foreign), lock.Target)
 	var d arbiter.Decision
 	for i := range obs.claims {
 		bl := &obs.claims[i]

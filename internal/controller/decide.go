@@ -32,7 +32,7 @@ type decider struct {
 
 // decide asks the arbiter for the decision on obs.
 func (d decider) decide(lock arbiter.Lock, obs observation, now time.Time) arbiter.Decision {
-	claims, g := arbiterInputs(obs, d.memory.Highest(lock))
+	claims, g := arbiterInputs(obs, d.memory.Highest(lock), d.memory.LockFloor(lock))
 	d.admission.Unverify(claims)
 	return d.arbiter(lock, claims, g, now, obs.policy.Arbiter)
 }

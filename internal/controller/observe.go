@@ -42,7 +42,9 @@ type observation struct {
 	foreign *coordinationv1.Lease
 	// floor is the namespace's token floor, read live only when lease is
 	// nil; floorRead is that read (its Lease, nil if there is none), from
-	// which the grant's reservation starts (grant.Reserve).
+	// which the grant's reservation starts (grant.Reserve). A Lease that
+	// this manager did not write has the floor noted in the memory
+	// instead (observer.noteLockFloor).
 	floor     int64
 	floorRead *grant.FloorRead
 	// verifiedSince is when claims' spec.requester became the API
@@ -134,7 +136,9 @@ func (d *deletions) has(uid types.UID) bool {
 // does not show that write yet), and what is known of its claims' pods (read live
 // only when the cache cannot tell for sure that a pod is there). Only a
 // lock without a Lease reads something live on every reconcile: the
-// namespace's token floor, which a new Lease's first token must be above.
+// namespace's token floor, which a new Lease's first token must be above;
+// or, when a Lease of somebody else's took its grant Lease's name, that
+// Lease, which the cache does not hold.
 func (o observer) cached(ctx context.Context, lock arbiter.Lock, now time.Time) (observation, error) {
 	applied, err := policy.Read(ctx, o.cache, lock, o.defaults)
 	if err != nil {
@@ -145,7 +149,7 @@ func (o observer) cached(ctx context.Context, lock arbiter.Lock, now time.Time) 
 		return observation{}, err
 	}
 	o.own.fresher(claims, now)
-	return o.leaseAndPods(ctx, cachedLeases{o.cache, o.memory, now}, lock, applied, claims, nil)
+	return o.leaseAndPods(ctx, cachedLeases{o.cache, o.memory, now}, false, lock, applied, claims, nil)
 }
 
 // cachedLeases reads through the cache, and a grant Lease as this
@@ -186,14 +190,14 @@ func (o observer) live(ctx context.Context, lock arbiter.Lock, cached observatio
 	if err != nil {
 		return observation{}, err
 	}
-	obs, err := o.leaseAndPods(ctx, o.apiReader, lock, cached.policy, claims, cached.pods)
+	obs, err := o.leaseAndPods(ctx, o.apiReader, true, lock, cached.policy, claims, cached.pods)
 	obs.live = true
 	return obs, err
 }
 
-// leaseAndPods reads the Lease through reader, and the claims' pods, at
-// once.
-func (o observer) leaseAndPods(ctx context.Context, reader client.Reader, lock arbiter.Lock, applied policy.Applied, claims []buildlockv1.BuildLock, knownPods map[string]arbiter.PodState) (observation, error) {
+// leaseAndPods reads the Lease through reader (live says it is the API
+// server's), and the claims' pods, at once.
+func (o observer) leaseAndPods(ctx context.Context, reader client.Reader, live bool, lock arbiter.Lock, applied policy.Applied, claims []buildlockv1.BuildLock, knownPods map[string]arbiter.PodState) (observation, error) {
 	var (
 		obs      = observation{policy: applied, claims: claims}
 		leaseErr error
@@ -201,6 +205,13 @@ func (o observer) leaseAndPods(ctx context.Context, reader client.Reader, lock a
 	)
 	wg.Go(func() {
 		obs.lease, leaseErr = grant.Get(ctx, reader, lock)
+		if leaseErr == nil && obs.lease == nil && !live && o.memory.Foreign(lock) != nil {
+			// The cache holds buildlock's Leases alone: whether the Lease
+			// of somebody else's found under the grant Lease's name is still
+			// there, only a live read tells (not a create that would fail).
+			reader, live = o.apiReader, true
+			obs.lease, leaseErr = grant.Get(ctx, reader, lock)
+		}
 		if obs.lease != nil && obs.lease.Spec.HolderIdentity != nil {
 			_, uid := buildlockv1.ParseGrantHolder(*obs.lease.Spec.HolderIdentity)
 			obs.holderDeleted = o.deleted.has(uid)
@@ -211,13 +222,25 @@ func (o observer) leaseAndPods(ctx context.Context, reader client.Reader, lock a
 			// Someone else's Lease has the grant Lease's name (only a live
 			// read sees it: the cache holds buildlock's alone).
 			obs.foreign, obs.lease = obs.lease, nil
+			o.memory.NoteForeign(lock, obs.foreign)
 		case obs.lease == nil:
+			if live {
+				o.memory.NoteForeign(lock, nil)
+			}
 			// A lock without a Lease issues tokens above the namespace's
 			// token floor, which holds every token issued there
-			// (grant.Reserve).
+			// (grant.Reserve), and goes on above it once it has one.
 			var floorLease *coordinationv1.Lease
 			obs.floor, floorLease, leaseErr = grant.ReadTokenFloor(ctx, o.apiReader, lock.Namespace)
 			obs.floorRead = &grant.FloorRead{Token: obs.floor, Lease: floorLease}
+			if leaseErr == nil {
+				o.memory.NoteLockFloor(lock, "", obs.floor)
+			}
+		default:
+			if live {
+				o.memory.NoteForeign(lock, nil)
+			}
+			leaseErr = o.noteLockFloor(ctx, reader, lock, obs.lease)
 		}
 	})
 	obs.verifiedSince = o.admission.RequestersVerifiedSince(o.requesterSettle)
@@ -227,6 +250,32 @@ func (o observer) leaseAndPods(ctx context.Context, reader client.Reader, lock a
 		return observation{}, leaseErr
 	}
 	return obs, nil
+}
+
+// noteLockFloor keeps tokens from going back after an edit of the grant
+// Lease that this manager did not see whole (docs/reliability.md, bug 15).
+// For a version of the lock's Lease that this manager did not write (a
+// person's edit, another manager's write, or any version found before
+// this manager wrote one: after a start), it notes the namespace's token
+// floor, read through reader (the reader that read lease: live, or the
+// cache, whose floor comes from the same watch in etcd's order), in the
+// memory, once per version: every token the lock issued before that
+// version is at most that floor (grant.Reserve raises it first), however
+// the version changed the Lease's token, and the lock's next token goes
+// above it (the arbiter's Grant.Reserved). A version this manager wrote
+// reads nothing: its memory has every token since the floor it noted. So
+// hand-offs read nothing more, and tokens jump above the floor once per
+// lock after a start, and once after each write of somebody else's.
+func (o observer) noteLockFloor(ctx context.Context, reader client.Reader, lock arbiter.Lock, lease *coordinationv1.Lease) error {
+	if o.memory.Own(lease) || o.memory.LockFloorKnown(lock, lease.ResourceVersion) {
+		return nil
+	}
+	floor, _, err := grant.ReadTokenFloor(ctx, reader, lock.Namespace)
+	if err != nil {
+		return err
+	}
+	o.memory.NoteLockFloor(lock, lease.ResourceVersion, max(floor, o.memory.Floor(lock.Namespace)))
+	return nil
 }
 
 // listClaims lists the BuildLocks of one lock through reader (the cache, or
@@ -347,14 +396,16 @@ func verifiedRequester(bl *buildlockv1.BuildLock, verifiedSince time.Time) (iden
 // arbiterInputs converts an observation into the arbiter's plain inputs;
 // remembered is the highest token this manager has seen for the lock (the
 // grant's Floor); the namespace's token floor, read when the Lease is
-// missing, bounds every token issued there (the grant's Reserved).
-func arbiterInputs(obs observation, remembered int64) ([]arbiter.Claim, arbiter.Grant) {
+// missing, or noted (lockFloor) when a version of it that this manager did
+// not write was found, bounds every token the lock issued before (the
+// grant's Reserved).
+func arbiterInputs(obs observation, remembered, lockFloor int64) ([]arbiter.Claim, arbiter.Grant) {
 	claims := make([]arbiter.Claim, 0, len(obs.claims))
 	for i := range obs.claims {
 		claims = append(claims, toArbiterClaim(&obs.claims[i], obs.pods, obs.verifiedSince))
 	}
 	g := grant.FromLease(obs.lease)
-	g.Floor, g.Reserved = remembered, obs.floor
+	g.Floor, g.Reserved = remembered, max(obs.floor, lockFloor)
 	return claims, g
 }
 

@@ -31,9 +31,14 @@
 // contradict (its rule 11), and the Lease is written again whenever it does
 // not carry exactly what the decision and the policy say (grant.Current).
 // The highest token a manager has seen for each lock outlives the Lease
-// (grant.Memory, the arbiter's Grant.Floor). A Lease named like the grant
-// Lease that buildlock did not create (grant.Owned) is never taken over: its
-// lock's claims stay Pending (ForeignLease).
+// (grant.Memory, the arbiter's Grant.Floor); and a version of the Lease
+// this manager did not write (an edit, or any version found after a start)
+// sends the lock's next token above the namespace's token floor, which
+// holds every token issued before it (observer.noteLockFloor, the
+// arbiter's Grant.Reserved). A Lease named like the grant Lease that
+// buildlock did not create (grant.Owned) is never taken over, nor written
+// in a loop: its lock's claims stay Pending (ForeignLease), and the lock
+// reads it live until it goes.
 package controller
 
 import (
@@ -57,7 +62,8 @@ const conflictRetryDelay = 20 * time.Millisecond
 // someone else's Lease is looked at again: the cache holds only buildlock's
 // Leases, so no event says when that one goes, and a create of the grant
 // Lease would fail with AlreadyExists, so the lock must not be retried at
-// once.
+// once. Until that Lease is gone, each look (this one, or an event of the
+// lock's claims) reads it live, and writes no Lease (grant.Memory.Foreign).
 const foreignLeaseRecheck = time.Minute
 
 // lockReconciler reconciles one lock per request: the request's Namespace is
@@ -94,7 +100,10 @@ func (r *lockReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		return ctrl.Result{}, err
 	}
 	edge := freezeAt(&obs, now)
-	obs, d, err := r.decider.decideSafely(ctx, lock, obs, now)
+	var d arbiter.Decision
+	if obs.foreign == nil {
+		obs, d, err = r.decider.decideSafely(ctx, lock, obs, now)
+	}
 	if err == nil && obs.foreign == nil {
 		obs, d, err = r.granter.apply(ctx, lock, obs, d, now)
 	}

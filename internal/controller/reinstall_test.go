@@ -31,6 +31,9 @@ var _ = Describe("Re-installing the enforcement policies", Ordered, func() {
 		registry *prometheus.Registry
 		pipeline = "system:serviceaccount:" + ci + ":pipeline"
 		pods     = map[string]*corev1.Pod{}
+		// token is the first grant's on target: the fence names it and
+		// the next ones.
+		token int64
 	)
 	as := func(pod string) identity { return identity{user: pipeline, pod: pods[pod]} }
 	clientOf := func(id identity) client.Client {
@@ -79,13 +82,7 @@ var _ = Describe("Re-installing the enforcement policies", Ordered, func() {
 	}
 
 	BeforeAll(func() {
-		env, err := testenv.New()
-		Expect(err).NotTo(HaveOccurred())
-		cfg2, err = env.Start()
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(env.Stop)
-		admin, err = client.New(cfg2, client.Options{Scheme: scheme})
-		Expect(err).NotTo(HaveOccurred())
+		cfg2, admin = apiServerOfItsOwn()
 		for _, ns := range []*corev1.Namespace{
 			{ObjectMeta: metav1.ObjectMeta{Name: ci}},
 			{ObjectMeta: metav1.ObjectMeta{Name: target, Labels: map[string]string{buildlockv1.LockedByLabel: ci}}},
@@ -134,7 +131,12 @@ var _ = Describe("Re-installing the enforcement policies", Ordered, func() {
 		claim("web-7", "acme/web", 7)
 		Eventually(phaseOf("web-7")).Should(Equal(buildlockv1.PhaseWaiting))
 		Eventually(func(g Gomega) string { return enforced(g).Reason }).Should(Equal(buildlockv1.ReasonEnforcing))
-		Eventually(func() error { return deployAs("web-7") }).Should(beRefusedWith("held by BuildLock ci/shop-41 (fencing token 1)"))
+		// The Lease was created while the lock had none: its grants start
+		// above the namespace's token floor.
+		var first buildlockv1.BuildLock
+		Expect(admin.Get(ctx, types.NamespacedName{Namespace: ci, Name: "shop-41"}, &first)).To(Succeed())
+		token = first.Status.FencingToken
+		Eventually(func() error { return deployAs("web-7") }).Should(beRefusedWith(fmt.Sprintf("held by BuildLock ci/shop-41 (fencing token %d)", token)))
 
 		By("config/enforcement is removed and applied again (config/lease-informer stays)")
 		removeAndWait("web-7", testenv.EnforcementDir)
@@ -145,7 +147,7 @@ var _ = Describe("Re-installing the enforcement policies", Ordered, func() {
 		finish("shop-41")
 		Eventually(phaseOf("web-7")).Should(Equal(buildlockv1.PhaseHeld))
 		Eventually(func() error { return deployAs("web-7") }).Should(Succeed(), "the new holder")
-		Eventually(func() error { return deployAs("shop-41") }).Should(beRefusedWith("held by BuildLock ci/web-7 (fencing token 2)"))
+		Eventually(func() error { return deployAs("shop-41") }).Should(beRefusedWith(fmt.Sprintf("held by BuildLock ci/web-7 (fencing token %d)", token+1)))
 		claim("api-3", "acme/api", 3)
 		Eventually(phaseOf("api-3")).Should(Equal(buildlockv1.PhaseWaiting))
 		var holder buildlockv1.BuildLock
@@ -166,10 +168,10 @@ var _ = Describe("Re-installing the enforcement policies", Ordered, func() {
 			c := enforced(g)
 			g.Expect(c.Reason).To(Equal(buildlockv1.ReasonFenceFrozen))
 			g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
-			g.Expect(c.Message).To(SatisfyAll(ContainSubstring("fencing token 2"), ContainSubstring("fencing token 3"),
+			g.Expect(c.Message).To(SatisfyAll(ContainSubstring(fmt.Sprintf("fencing token %d", token+1)), ContainSubstring(fmt.Sprintf("fencing token %d", token+2)),
 				ContainSubstring("Restart every kube-apiserver")))
 		}).WithTimeout(30 * time.Second).Should(Succeed())
-		Expect(deployAs("api-3")).To(beRefusedWith("held by BuildLock ci/web-7 (fencing token 2)"), "what the condition reports")
+		Expect(deployAs("api-3")).To(beRefusedWith(fmt.Sprintf("held by BuildLock ci/web-7 (fencing token %d)", token+1)), "what the condition reports")
 		Expect(gauge(registry, "buildlock_enforced_locks", "reason", buildlockv1.ReasonFenceFrozen)).To(Equal(1.0))
 	})
 })

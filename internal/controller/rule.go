@@ -101,8 +101,12 @@ import (
 // The reads the decision does not name follow the same rule where they are
 // made: a pod counts as finished on the cache's word and as gone only on a
 // live read (observer.pods); the namespace's token floor is read live
-// whenever a Lease may be created (grant.ReadTokenFloor); the manager's
-// memory of tokens only grows (grant.Memory); a claim's spec.requester is
+// whenever a Lease may be created (grant.ReadTokenFloor), and through the
+// reader of the Lease for a version of it that this manager did not write
+// (observer.noteLockFloor: the cache's floor comes from the same watch as
+// that version, in etcd's order, so it is never older than what the
+// version could have lowered); the manager's memory of tokens only grows
+// (grant.Memory); a claim's spec.requester is
 // its identity only on claims created well after the policy that stamps it
 // (admission.Policies.RequestersVerifiedSince).
 

@@ -130,6 +130,11 @@ type harness struct {
 	targets    []LockKey
 	switching  map[LockKey]buildlockv1.Ordering // targets whose ordering the workload switches
 
+	// episodes is held by an episode of the fault schedule, and by the
+	// people while they edit with every manager stopped (people_test.go):
+	// one changes the set of managers at a time.
+	episodes sync.Mutex
+
 	mu        sync.Mutex
 	running   []*managerCtl
 	nextID    int

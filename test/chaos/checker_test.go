@@ -552,6 +552,20 @@ func TestCheckerAccepts(t *testing.T) {
 			h.grant("b", 1)
 			h.status("b", buildlockv1.PhaseHeld, buildlockv1.ReasonAcquired, 1, "")
 		},
+		// Bug 15 (issue 31): a person lowers a held lock's token while no
+		// manager runs and deletes the holder's claim; the new manager's
+		// grant goes above the namespace's floor, which holds the token.
+		"a lowered token and a deleted holder, then a grant above the namespace's floor": func(h *history) {
+			h.create("a", "acme/shop", 41, "pod-a")
+			h.create("b", "acme/web", 7, "pod-b")
+			h.hold("a", 9)
+			h.status("b", buildlockv1.PhaseWaiting, buildlockv1.ReasonWaitingForHolder, 0, "")
+			h.personEditsLease(func(l *coordinationv1.Lease) { l.Spec.LeaseTransitions = ptr.To(int32(1)) })
+			h.deleteClaim("a", true)
+			h.later(2 * time.Second)
+			h.grant("b", 109) // the floor (9+99) + 1
+			h.status("b", buildlockv1.PhaseHeld, buildlockv1.ReasonAcquired, 109, "")
+		},
 		// Seen in a short run: the operator raised the floor, a person
 		// deleted it, the operator deleted the idle Lease.
 		"an idle Lease deleted just after a person deleted the floor that held its token": func(h *history) {
@@ -918,6 +932,34 @@ func TestCheckerReports(t *testing.T) {
 				h.hold("a", 3)
 				h.personEditsLease(func(l *coordinationv1.Lease) { l.Spec.LeaseTransitions = ptr.To(int32(50)) })
 				h.grant("a", 2)
+			},
+			rules: []string{"fencing-token-increases"},
+		},
+		// Bug 15 (issue 31), as make chaos seed 418858340 showed it: the
+		// manager that decides after the edit never saw the holder's
+		// token, follows the lowered one, and issues it again.
+		"a lowered token and a deleted holder, then the holder's token issued again": {
+			history: func(h *history) {
+				h.create("a", "acme/shop", 41, "pod-a")
+				h.create("b", "acme/web", 7, "pod-b")
+				h.hold("a", 9)
+				h.status("b", buildlockv1.PhaseWaiting, buildlockv1.ReasonWaitingForHolder, 0, "")
+				h.personEditsLease(func(l *coordinationv1.Lease) { l.Spec.LeaseTransitions = ptr.To(int32(1)) })
+				h.deleteClaim("a", true)
+				h.later(2 * time.Second)
+				h.grant("b", 9)
+				h.status("b", buildlockv1.PhaseHeld, buildlockv1.ReasonAcquired, 9, "")
+			},
+			rules: []string{"fencing-token-increases", "fencing-token-increases"},
+		},
+		"a lowered token and a deleted holder, then the next token after the lowered one": {
+			history: func(h *history) {
+				h.create("a", "acme/shop", 41, "pod-a")
+				h.create("b", "acme/web", 7, "pod-b")
+				h.hold("a", 9)
+				h.personEditsLease(func(l *coordinationv1.Lease) { l.Spec.LeaseTransitions = ptr.To(int32(1)) })
+				h.deleteClaim("a", true)
+				h.grant("b", 2)
 			},
 			rules: []string{"fencing-token-increases"},
 		},

@@ -144,7 +144,9 @@ func (h *harness) chaos(ctx context.Context, actors ...func(context.Context)) {
 		}
 		episodes.add(k.name, 1)
 		began := time.Now()
+		h.episodes.Lock()
 		k.run(ctx)
+		h.episodes.Unlock()
 		episodeTime.add(k.name, int(time.Since(began).Milliseconds()))
 		sleep(scale(300*time.Millisecond), scale(1500*time.Millisecond))
 	}

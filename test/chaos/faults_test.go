@@ -322,6 +322,10 @@ func (fs *faultSet) count(m *managerCtl, kind string, obj client.Object, err err
 		m.wrote(kind, obj)
 	case apierrors.IsConflict(err):
 		fs.refused.add(kind, 1)
+	case apierrors.IsAlreadyExists(err):
+		// Also a 409: a create that lost to another writer's (or hit a
+		// Lease of somebody else's: the people's foreign Leases count them).
+		fs.refused.add(kind+" (already exists)", 1)
 	}
 }
 

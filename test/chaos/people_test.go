@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -14,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
@@ -24,17 +26,22 @@ import (
 	"github.com/buildlock/buildlock/internal/testenv"
 )
 
-// The people around the locks, and the pipelines that overstep (issue 21):
-// a person (the administrator, in system:masters, which the grant-Lease
-// guard lets through) deletes and edits grant Leases and the token floor;
-// another person with the RBAC rights to write Leases (alice) tries the
-// same and must be refused; a person withdraws a namespace's consent and
-// gives it again, while pipelines try to change it and must be refused; a
-// person creates a Lease of their own under a grant Lease's name; owners
-// delete claims that a finalizer keeps; and one pipeline identity floods a
-// lock with short-lived fake lines against a victim line. Everything goes
-// into the ledger before it is sent, so that the checker can tell it from
-// the operator's writes.
+// The people around the locks, and the pipelines that overstep (issues 21
+// and 31): a person (the administrator, in system:masters, which the
+// grant-Lease guard lets through) deletes and edits grant Leases and the
+// token floor, also while no manager runs (a Lease's token lowered, or the
+// Lease deleted, and its holder's claim deleted: a new manager must not
+// issue a token again); another person with the RBAC rights to write
+// Leases (alice) tries the same and must be refused; a person withdraws a
+// namespace's consent and gives it again, while pipelines try to change it
+// and must be refused; a person creates a Lease of their own under a grant
+// Lease's name; owners delete claims that a finalizer keeps; one pipeline
+// identity floods a lock with short-lived fake lines against a victim line;
+// and a person freezes a target of their own, a pipeline overrides its own
+// claim there (refused by admission, or ignored by the operator where no
+// admission policy checks who overrides), and a person overrides it.
+// Everything goes into the ledger before it is sent, so that the checker
+// can tell it from the operator's writes.
 
 const (
 	// alice is a person who may write Leases (RBAC) but is not buildlock's
@@ -73,6 +80,9 @@ type people struct {
 	mu         sync.Mutex
 	figures    []string
 	failedOnce map[string]bool
+
+	// enforcedForeign: a foreign Lease was put under an enforced target.
+	enforcedForeign bool
 }
 
 // setupPeople grants the people and pipelines what RBAC would let them do
@@ -206,6 +216,8 @@ func (p *people) run(ctx context.Context, every time.Duration) {
 		{name: "alice", do: p.aliceWrites}, {name: "a Lease of somebody else's", do: p.foreignLease},
 		{name: "consent withdrawn and given", do: p.consent}, {name: "delete the token floor", do: p.deleteTokenFloor},
 		{name: "edit the holder", do: p.editHolder}, {name: "a finalizer", do: p.finalized},
+		{name: "edit while no manager runs", do: p.editWhileDown}, {name: "override a freeze", do: p.overrideFreeze},
+		{name: "claim under a new workflow", do: p.newWorkflow},
 	}
 	type op struct {
 		weight int
@@ -214,6 +226,7 @@ func (p *people) run(ctx context.Context, every time.Duration) {
 	ops := []op{
 		{3, p.deleteGrantLease}, {3, p.editHolder}, {2, p.editToken}, {2, p.editWriter}, {1, p.deleteTokenFloor},
 		{2, p.aliceWrites}, {2, p.pipelineConsent}, {1, p.consent}, {1, p.foreignLease}, {3, p.finalized},
+		{1, p.editWhileDown}, {1, p.overrideFreeze}, {1, p.newWorkflow},
 	}
 	sleep := func(lo, hi time.Duration) bool {
 		select {
@@ -278,7 +291,10 @@ func (p *people) heldLock() (LockKey, ClaimRef, []ClaimRef, bool) {
 		k := p.h.targets[i]
 		claims := p.h.check.Claims(k)
 		if j := slices.IndexFunc(claims, func(c ClaimRef) bool { return c.Phase == buildlockv1.PhaseHeld }); j >= 0 {
-			return k, claims[j], slices.Delete(claims, j, j+1), true
+			// The holder first: slices.Delete shifts and clears the array
+			// it shares.
+			holder := claims[j]
+			return k, holder, slices.Delete(claims, j, j+1), true
 		}
 	}
 	return LockKey{}, ClaimRef{}, nil, false
@@ -528,9 +544,18 @@ func (p *people) pipelineConsent(ctx context.Context) bool {
 // foreignLease: a person creates a Lease of their own under the name of a
 // new target's grant Lease; a claim of that target must stay Pending
 // (ForeignLease) and the Lease untouched, until the person deletes it.
+// The first time, and then every other time, the target is enforced too
+// (a policy with spec.enforce, and a target namespace that consents), and
+// the claim comes only after the operator's first create of the enforced
+// lock's Lease (refused: the name is taken) and 2 s more: the operator must
+// not retry that create in a loop meanwhile (foreign-lease-quiet: the
+// managers' creates of a Lease refused as existing, over those 2 s), and
+// with the admission policies installed the policy's Enforced condition
+// must name that Lease (foreign-lease-said).
 func (p *people) foreignLease(ctx context.Context) bool {
 	p.seq++
 	ns, target := p.floodNS, fmt.Sprintf("foreign-%d", p.seq)
+	enforced := !p.enforcedForeign || p.rng.IntN(2) == 0
 	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: LeasePrefix + target},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("deploy-bot"), LeaseTransitions: ptr.To(int32(7))}}
 	p.h.ledger.PersonCreatesForeignLease(ns, lease.Name)
@@ -539,22 +564,301 @@ func (p *people) foreignLease(ctx context.Context) bool {
 		return false
 	}
 	p.note("create a foreign Lease", nil)
+	var policy *buildlockv1.BuildLockPolicy
+	if enforced {
+		p.enforcedForeign = true
+		p.h.ledger.PersonSetsConsent(target, ns)
+		p.note("create a consenting target for a foreign Lease", client.IgnoreAlreadyExists(retry(ctx, func() error {
+			return p.admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: target, Labels: map[string]string{buildlockv1.LockedByLabel: ns}}})
+		})))
+		policy = &buildlockv1.BuildLockPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: target},
+			Spec: buildlockv1.BuildLockPolicySpec{Enforce: &buildlockv1.Enforcement{ServiceAccounts: []string{pipelineAccount}}}}
+		p.note("enforce a foreign Lease's target", retry(ctx, func() error { return client.IgnoreAlreadyExists(p.admin.Create(ctx, policy)) }))
+	}
 	name := "claim-of-" + target
-	spec := buildlockv1.BuildLockSpec{Target: target, Repo: "acme/shop", Branch: "foreign", Build: int64(p.seq),
-		Timestamp: micro(p.h.clock.Now()), ExpiresAfter: &metav1.Duration{Duration: 10 * time.Second}}
-	p.h.ledger.WroteSpec(ns, name, spec)
-	if err := p.admin.Create(ctx, &buildlockv1.BuildLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: spec}); err != nil {
-		p.note("claim a foreign Lease's target", err)
+	claim := func() {
+		spec := buildlockv1.BuildLockSpec{Target: target, Repo: "acme/shop", Branch: "foreign", Build: int64(p.seq),
+			Timestamp: micro(p.h.clock.Now()), ExpiresAfter: &metav1.Duration{Duration: 10 * time.Second}}
+		p.h.ledger.WroteSpec(ns, name, spec)
+		if err := p.admin.Create(ctx, &buildlockv1.BuildLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: spec}); err != nil {
+			p.note("claim a foreign Lease's target", err)
+		}
+	}
+	if !enforced {
+		claim()
 	}
 	wait := time.Duration(2000+p.rng.IntN(1000)) * time.Millisecond
 	p.wg.Go(func() {
+		if enforced {
+			// The enforced lock without claims first: its Lease is written
+			// for the enforcement alone, without a decision that grants.
+			// From the first create that finds the Lease there (a manager
+			// may take a while to come to the lock: an episode, a busy
+			// queue), over 2 s.
+			const quiet = 2 * time.Second
+			creates := func() int { return p.h.faults.refused.get("create lease (already exists)") }
+			first := creates()
+			for deadline := time.Now().Add(10 * time.Second); creates() == first && time.Now().Before(deadline) && ctx.Err() == nil; {
+				time.Sleep(50 * time.Millisecond)
+			}
+			if creates() == first {
+				p.ops.add("an enforced target's foreign Lease: no create of its grant Lease seen within 10 s (not judged)", 1)
+			} else {
+				before := creates()
+				time.Sleep(quiet)
+				n := creates() - before
+				p.ops.add(fmt.Sprintf("grant Lease creates refused as existing in the %s after the first, while an enforced target's foreign Lease waited unclaimed: %d", quiet, n), 1)
+				if n > 4 {
+					p.h.check.AddViolation(LockKey{Namespace: ns, Target: target}, "foreign-lease-quiet",
+						"the managers tried %d more creates of grant Leases that exist in %s while %s was somebody else's Lease: a write retried in a loop", n, quiet, lease.Name)
+				}
+			}
+			claim()
+		}
 		time.Sleep(wait)
 		var bl buildlockv1.BuildLock
 		if err := p.admin.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &bl); err == nil {
 			p.ops.add(fmt.Sprintf("claim of a foreign Lease's target after 2 s: %s/%s", phaseOf(bl.Status.Phase), bl.Status.Reason), 1)
 		}
+		if policy != nil && p.dep != nil {
+			p.checkForeignSaid(ctx, ns, target, lease.Name)
+		}
 		p.h.ledger.PersonDeletesLease(lease)
 		p.note("delete a foreign Lease", p.admin.Delete(context.WithoutCancel(ctx), lease, client.Preconditions{UID: &lease.UID}))
+		if policy != nil {
+			p.note("remove the foreign Lease's target's policy", client.IgnoreNotFound(p.admin.Delete(context.WithoutCancel(ctx), policy)))
+		}
+	})
+	return true
+}
+
+// checkForeignSaid: the policy that enforces a target whose grant Lease
+// name a Lease of somebody else's takes says so on its Enforced condition,
+// naming that Lease (foreign-lease-said).
+func (p *people) checkForeignSaid(ctx context.Context, ns, target, lease string) {
+	var got *metav1.Condition
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(200 * time.Millisecond) {
+		var bp buildlockv1.BuildLockPolicy
+		if err := p.admin.Get(ctx, types.NamespacedName{Namespace: ns, Name: target}, &bp); err != nil {
+			continue
+		}
+		if got = meta.FindStatusCondition(bp.Status.Conditions, buildlockv1.ConditionEnforced); got != nil &&
+			got.Reason == buildlockv1.ReasonForeignLease && strings.Contains(got.Message, ns+"/"+lease) {
+			p.ops.add("the policy of a foreign Lease's target says ForeignLease", 1)
+			return
+		}
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	said := "no Enforced condition"
+	if got != nil {
+		said = fmt.Sprintf("%s: %s", got.Reason, got.Message)
+	}
+	p.h.check.AddViolation(LockKey{Namespace: ns, Target: target}, "foreign-lease-said",
+		"the BuildLockPolicy of %s, whose grant Lease name %s takes, does not say so on its Enforced condition (%s)", target, lease, said)
+}
+
+// editWhileDown: with every manager stopped, a person lowers a held lock's
+// grant Lease token to 1, or deletes the Lease, and deletes the holder's
+// claim (bug 15's shape, and bug 10's: nothing left shows the holder's
+// token but the namespace's floor); then a manager starts, with no memory
+// of the lock. Its next grant of the lock must go above every token the
+// lock issued (fencing-token-increases, tokens-reserved). Not on an
+// enforced lock, whose holder's deployer would go on writing.
+func (p *people) editWhileDown(ctx context.Context) bool {
+	k, holder, _, ok := p.heldLock()
+	if !ok || slices.Contains(p.h.enforcedTargets(), k) {
+		return false
+	}
+	p.h.episodes.Lock()
+	defer p.h.episodes.Unlock()
+	if ctx.Err() != nil {
+		return false
+	}
+	p.h.stopAll()
+	// The manager outlives the workload's context: the phases after it
+	// need one.
+	defer p.h.startManager(context.WithoutCancel(ctx), 0, "")
+	l, ok := p.getLease(ctx, k.Namespace, LeasePrefix+k.Target)
+	if !ok {
+		return false
+	}
+	kind := "while no manager runs: lower the token"
+	var err error
+	if p.rng.IntN(3) == 0 {
+		kind = "while no manager runs: delete the grant Lease"
+		p.h.ledger.PersonDeletesLease(l)
+		err = retry(ctx, func() error { return p.admin.Delete(ctx, l, client.Preconditions{UID: &l.UID}) })
+	} else {
+		l.Spec.LeaseTransitions = ptr.To(int32(1))
+		p.h.ledger.PersonWritesLease(l)
+		err = retry(ctx, func() error { return p.admin.Update(ctx, l) })
+	}
+	p.note(kind, err)
+	if err != nil {
+		return false // the Lease moved on meanwhile: try again
+	}
+	p.h.ledger.RequestDelete(k.Namespace, holder.Name)
+	uid := holder.UID
+	p.note("while no manager runs: delete the holder's claim", client.IgnoreNotFound(retry(ctx, func() error {
+		return p.admin.Delete(ctx, &buildlockv1.BuildLock{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: holder.Name}},
+			client.Preconditions{UID: &uid})
+	})))
+	return true
+}
+
+// overrideFreeze: a person freezes a target of their own (a Deny window
+// from a moment ahead, 12 s long); once it is in effect, a pipeline (the
+// flood's service account) claims the target and overrides its own claim.
+// Admission must refuse that override (buildlock-override); where no
+// admission policy checks it (no enforcement installed), the operator must
+// ignore it, since nothing verified who set it: a grant in the freeze
+// without a person's override in the ledger is a window-closed violation.
+// Then a person overrides the claim: verified (the API server stamps the
+// person), it goes through the freeze at once (window-closed,
+// override-recorded, and its audit entry); unverified (no policies), it
+// is ignored too, and the claim waits for the freeze's end.
+func (p *people) overrideFreeze(ctx context.Context) bool {
+	p.seq++
+	ns, target := p.floodNS, fmt.Sprintf("frozen-%d", p.seq)
+	start := p.h.clock.Now().Add(windowLag + time.Second)
+	policy := &buildlockv1.BuildLockPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: target},
+		Spec: buildlockv1.BuildLockPolicySpec{Windows: []buildlockv1.Window{{Name: "people-freeze", Kind: buildlockv1.WindowDeny,
+			Start: &buildlockv1.Timestamp{Time: start}, End: &buildlockv1.Timestamp{Time: start.Add(12 * time.Second)},
+			Reason: "chaos: a person's freeze"}}}}
+	if err := retry(ctx, func() error { return client.IgnoreAlreadyExists(p.admin.Create(ctx, policy)) }); err != nil {
+		p.note("freeze a target of their own", err)
+		return false
+	}
+	p.note("freeze a target of their own", nil)
+	name := "frozen-claim-" + strconv.Itoa(p.seq)
+	margin := p.h.check.o.Tolerance + time.Second
+	p.wg.Go(func() {
+		ended := ctx.Done()
+		ctx := context.WithoutCancel(ctx)
+		wait := func(d time.Duration) {
+			select {
+			case <-time.After(d):
+			case <-ended:
+			}
+		}
+		defer func() {
+			p.h.ledger.RequestDelete(ns, name)
+			p.note("delete the frozen target's claim", client.IgnoreNotFound(retry(ctx, func() error {
+				return p.flood.Delete(ctx, &buildlockv1.BuildLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})
+			})))
+			wait(start.Add(13 * time.Second).Sub(p.h.clock.Now()))
+			p.note("remove the freeze", client.IgnoreNotFound(retry(ctx, func() error { return p.admin.Delete(ctx, policy) })))
+		}()
+		wait(start.Add(margin).Sub(p.h.clock.Now()))
+		spec := buildlockv1.BuildLockSpec{Target: target, Repo: "flood/frozen", Branch: "main", Build: int64(p.seq),
+			Timestamp: micro(p.h.clock.Now()), ExpiresAfter: &metav1.Duration{Duration: 10 * time.Second}}
+		p.h.ledger.WroteSpec(ns, name, spec)
+		if err := retry(ctx, func() error {
+			return client.IgnoreAlreadyExists(p.flood.Create(ctx, &buildlockv1.BuildLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: spec}))
+		}); err != nil {
+			p.note("a pipeline claims a frozen target", err)
+			return
+		}
+		wait(time.Second)
+		overrideOf := func(c client.Client, reason string) error {
+			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{
+				buildlockv1.OverrideAnnotation: reason, buildlockv1.OverrideExpiresAnnotation: p.h.clock.Now().Add(30 * time.Second).UTC().Format(time.RFC3339)}}})
+			return retry(ctx, func() error {
+				return c.Patch(ctx, &buildlockv1.BuildLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}, client.RawPatch(types.MergePatchType, patch))
+			})
+		}
+		kind := "a pipeline overrides its own frozen claim"
+		switch err := overrideOf(p.flood, "chaos: a pipeline lets itself through"); {
+		case err == nil && p.dep != nil:
+			p.h.check.AddViolation(LockKey{Namespace: ns, Target: target}, "override-by-people",
+				"the pipeline %s overrode its claim %s, and admission let it", floodAccount, name)
+		case err == nil:
+			p.ops.add(kind+": admitted (no admission policies): the operator must ignore it", 1)
+		case apierrors.IsForbidden(err) && strings.Contains(err.Error(), "buildlock-override"):
+			p.ops.add(kind+": refused", 1)
+		default:
+			p.note(kind, err)
+		}
+		wait(1500 * time.Millisecond)
+		p.h.ledger.PersonOverrides(ns, name)
+		p.note("a person overrides a frozen claim", overrideOf(p.admin, "chaos: a person's hotfix"))
+		phase := buildlockv1.Phase("")
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && phase != buildlockv1.PhaseHeld; wait(200 * time.Millisecond) {
+			phase, _, _ = p.h.check.Claim(ns, name)
+			select {
+			case <-ended:
+				return
+			default:
+			}
+		}
+		p.ops.add("a person's override of a frozen claim, within 5 s: "+string(phaseOf(phase)), 1)
+	})
+	return true
+}
+
+// newWorkflow: build 50+n of a line (acme/hotfix@main, a person's claim)
+// holds a target of its own and goes; then the flood's pipeline identity
+// claims the same repository and branch under a workflow nobody used
+// before, with an older build and source an hour older (issue 31, breaks 5
+// and 6: a workflow's line escaping the branch's memory, or squatted).
+// Every rule of the checker judges it as any claim; what became of it is
+// a figure (a branch-wide "never backwards" rule needs the branch order of
+// spec.timestamp across workflows: issue 31's workflows part).
+func (p *people) newWorkflow(ctx context.Context) bool {
+	p.seq++
+	ns, target, seq := p.floodNS, "workflows-0", p.seq
+	p.wg.Go(func() {
+		ended := ctx.Done()
+		ctx := context.WithoutCancel(ctx)
+		claim := func(c client.Client, name, workflow string, build int64, stamp time.Time) bool {
+			spec := buildlockv1.BuildLockSpec{Target: target, Repo: "acme/hotfix", Branch: "main", Workflow: workflow, Build: build,
+				Timestamp: micro(stamp), ExpiresAfter: &metav1.Duration{Duration: 10 * time.Second}}
+			p.h.ledger.WroteSpec(ns, name, spec)
+			err := retry(ctx, func() error {
+				return client.IgnoreAlreadyExists(c.Create(ctx, &buildlockv1.BuildLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: spec}))
+			})
+			p.note("claim under a workflow", err)
+			return err == nil
+		}
+		settle := func(name string) buildlockv1.Phase {
+			phase := buildlockv1.Phase("")
+			for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+				select {
+				case <-ended:
+					return phase
+				default:
+				}
+				if phase, _, _ = p.h.check.Claim(ns, name); phase != "" && phase != buildlockv1.PhasePending && phase != buildlockv1.PhaseWaiting {
+					break
+				}
+			}
+			return phase
+		}
+		release := func(c client.Client, name string) {
+			p.h.ledger.RequestDelete(ns, name)
+			p.note("release a workflow's claim", client.IgnoreNotFound(retry(ctx, func() error {
+				return c.Delete(ctx, &buildlockv1.BuildLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})
+			})))
+		}
+		now := p.h.clock.Now()
+		held := fmt.Sprintf("hotfix-%d", seq)
+		if !claim(p.admin, held, "acme/hotfix/.github/workflows/deploy.yml", int64(50+seq), now) {
+			return
+		}
+		settle(held)
+		release(p.admin, held)
+		other := fmt.Sprintf("hotfix-%d-other-workflow", seq)
+		if !claim(p.flood, other, fmt.Sprintf("acme/hotfix/.github/workflows/new-%d.yml", seq), int64(49+seq), now.Add(-time.Hour)) {
+			return
+		}
+		settle(other)
+		var bl buildlockv1.BuildLock
+		if err := p.admin.Get(ctx, types.NamespacedName{Namespace: ns, Name: other}, &bl); err == nil {
+			p.ops.add(fmt.Sprintf("an older build under a new workflow, after the branch's newer build held: %s/%s", phaseOf(bl.Status.Phase), bl.Status.Reason), 1)
+		}
+		release(p.flood, other)
 	})
 	return true
 }

@@ -29,20 +29,42 @@ import (
 // taken on the cache then starts from the Lease as it is, not from the
 // version before, which a compare-and-swap would refuse.
 //
+// It keeps, too, for each lock whose grant Lease it found written by
+// somebody else (a person's edit, another manager's write, or any version
+// it saw before it wrote one itself: after a start), the namespace's token
+// floor as it was then (LockFloor): that floor holds every token issued
+// for the lock before that write, whatever the write did to the Lease's
+// token, so the lock's next token goes above it. And it knows which locks'
+// grant Lease names are taken by a Lease of somebody else's (Foreign).
+//
 // A nil Memory remembers nothing. Entries go with what they describe: a
-// lock's token once the lock has no Lease and no claim and the namespace's
-// floor holds it (ForgetUpTo), a write once its Lease is deleted. So the
-// memory does not grow with throw-away targets.
+// lock's token and floor once the lock has no Lease and no claim and the
+// namespace's floor holds its token (ForgetUpTo), a write once its Lease is
+// deleted. So the memory does not grow with throw-away targets.
 type Memory struct {
 	mu     sync.Mutex
 	tokens map[arbiter.Lock]int64
 	floors map[string]int64
+	// lockFloors holds, per lock, the namespace's floor when a version of
+	// its grant Lease that this manager did not write was found
+	// (NoteLockFloor).
+	lockFloors map[arbiter.Lock]lockFloor
+	// foreign holds the locks whose grant Lease name a Lease of somebody
+	// else's takes, as last found.
+	foreign map[arbiter.Lock]*coordinationv1.Lease
 	// written holds the resourceVersions of this manager's latest writes
 	// of each Lease (a few: the watch may deliver one after the next write).
 	written map[types.NamespacedName][]string
 	// latest holds this manager's latest write of each grant Lease, until
 	// the cache shows it or something newer (Fresher).
 	latest map[types.NamespacedName]ownWrite
+}
+
+// lockFloor is the namespace's token floor found for a lock's grant Lease
+// at version (a resourceVersion; "" for a lock without a Lease).
+type lockFloor struct {
+	floor   int64
+	version string
 }
 
 // ownWrite is a grant Lease as this manager's write returned it, and when.
@@ -84,7 +106,7 @@ const ownWritesKept = 4
 // NewMemory returns an empty memory.
 func NewMemory() *Memory {
 	return &Memory{tokens: map[arbiter.Lock]int64{}, floors: map[string]int64{}, written: map[types.NamespacedName][]string{},
-		latest: map[types.NamespacedName]ownWrite{}}
+		latest: map[types.NamespacedName]ownWrite{}, lockFloors: map[arbiter.Lock]lockFloor{}, foreign: map[arbiter.Lock]*coordinationv1.Lease{}}
 }
 
 // Observe remembers the token of a grant Lease or of a token floor Lease
@@ -147,7 +169,76 @@ func (m *Memory) ForgetUpTo(lock arbiter.Lock, floor int64) {
 	defer m.mu.Unlock()
 	if m.tokens[lock] <= floor {
 		delete(m.tokens, lock)
+		delete(m.lockFloors, lock)
 	}
+}
+
+// LockFloorKnown reports whether the namespace's floor was noted for the
+// version of lock's grant Lease (NoteLockFloor): then it need not be read
+// again for that version.
+func (m *Memory) LockFloorKnown(lock arbiter.Lock, version string) bool {
+	if m == nil {
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f, ok := m.lockFloors[lock]
+	return ok && f.version == version
+}
+
+// NoteLockFloor records floor, the namespace's token floor read for
+// version of lock's grant Lease, a version this manager did not write: the
+// lock's tokens so far are at most floor. It keeps the highest floor noted.
+func (m *Memory) NoteLockFloor(lock arbiter.Lock, version string, floor int64) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.lockFloors[lock] = lockFloor{floor: max(m.lockFloors[lock].floor, floor), version: version}
+}
+
+// LockFloor is the highest namespace's floor noted for lock (0 if none):
+// every token the lock issued before a version of its Lease that this
+// manager did not write is at most it (the arbiter's Grant.Reserved).
+func (m *Memory) LockFloor(lock arbiter.Lock) int64 {
+	if m == nil {
+		return 0
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.lockFloors[lock].floor
+}
+
+// NoteForeign records that lease, a Lease of somebody else's, takes the
+// name of lock's grant Lease; nil: a live read found none there.
+func (m *Memory) NoteForeign(lock arbiter.Lock, lease *coordinationv1.Lease) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if lease == nil {
+		delete(m.foreign, lock)
+		return
+	}
+	m.foreign[lock] = lease.DeepCopy()
+}
+
+// Foreign is the Lease of somebody else's last found under lock's grant
+// Lease name (NoteForeign), or nil. The cache holds buildlock's Leases
+// alone, so nothing says when it goes: its lock reads it live again
+// instead of writing a Lease that cannot be created.
+func (m *Memory) Foreign(lock arbiter.Lock) *coordinationv1.Lease {
+	if m == nil {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if f := m.foreign[lock]; f != nil {
+		return f.DeepCopy()
+	}
+	return nil
 }
 
 // Wrote records this manager's write of lease (its resourceVersion after

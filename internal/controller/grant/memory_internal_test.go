@@ -8,6 +8,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+
+	"github.com/buildlock/buildlock/internal/arbiter"
 )
 
 // TestFresherPrefersTheOwnWriteTheCacheDoesNotShowYet: a decision taken on
@@ -78,4 +80,52 @@ func TestFresherPrefersTheOwnWriteTheCacheDoesNotShowYet(t *testing.T) {
 			t.Errorf("the kept write's token became %d", got)
 		}
 	})
+}
+
+// TestLockFloorsAndForeignLeases: the namespace's floor noted for a
+// version of a lock's Lease that this manager did not write is kept (the
+// highest noted) until the lock is forgotten, and is known for that
+// version only; a Lease of somebody else's is remembered until a live read
+// finds none.
+func TestLockFloorsAndForeignLeases(t *testing.T) {
+	lock := arbiter.Lock{Namespace: "ci", Target: "staging"}
+	mem := NewMemory()
+	if mem.LockFloorKnown(lock, "7") || mem.LockFloor(lock) != 0 {
+		t.Fatalf("a new memory knows a floor")
+	}
+	mem.NoteLockFloor(lock, "7", 200)
+	if !mem.LockFloorKnown(lock, "7") || mem.LockFloorKnown(lock, "8") || mem.LockFloor(lock) != 200 {
+		t.Errorf("after noting 200 for version 7: known(7)=%v known(8)=%v floor=%d", mem.LockFloorKnown(lock, "7"),
+			mem.LockFloorKnown(lock, "8"), mem.LockFloor(lock))
+	}
+	mem.NoteLockFloor(lock, "8", 100) // a stale floor read never lowers it
+	if !mem.LockFloorKnown(lock, "8") || mem.LockFloor(lock) != 200 {
+		t.Errorf("after noting 100 for version 8: floor=%d, want 200", mem.LockFloor(lock))
+	}
+	mem.ObserveToken(lock, 250)
+	mem.ForgetUpTo(lock, 240) // a token above the floor: kept
+	if mem.LockFloor(lock) != 200 {
+		t.Errorf("forgotten while a token above the namespace's floor was remembered")
+	}
+	mem.ForgetUpTo(lock, 300)
+	if mem.LockFloor(lock) != 0 || mem.LockFloorKnown(lock, "8") {
+		t.Errorf("a forgotten lock keeps its floor")
+	}
+
+	theirs := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "buildlock-staging", ResourceVersion: "3"}}
+	mem.NoteForeign(lock, theirs)
+	theirs.ResourceVersion = "changed"
+	if f := mem.Foreign(lock); f == nil || f.ResourceVersion != "3" {
+		t.Errorf("Foreign = %v, want the Lease noted (a copy)", f)
+	}
+	mem.NoteForeign(lock, nil)
+	if f := mem.Foreign(lock); f != nil {
+		t.Errorf("Foreign = %v after a live read found none", f)
+	}
+	var none *Memory
+	none.NoteLockFloor(lock, "1", 5)
+	none.NoteForeign(lock, theirs)
+	if none.LockFloor(lock) != 0 || none.LockFloorKnown(lock, "1") || none.Foreign(lock) != nil {
+		t.Errorf("a nil memory remembers")
+	}
 }

@@ -154,6 +154,14 @@ func Owned(lease *coordinationv1.Lease) bool {
 	return false
 }
 
+// ForeignLeaseProblem says that lease, named like a lock's grant Lease,
+// is somebody else's (not Owned): how the claims' ForeignLease reason and
+// the policy's Enforced condition name it.
+func ForeignLeaseProblem(lease *coordinationv1.Lease) string {
+	return fmt.Sprintf("Lease %s/%s exists but was not created by buildlock (it has no label %s=%s)",
+		lease.Namespace, lease.Name, ManagedByLabel, ManagedByValue)
+}
+
 // setGrantAnnotations writes the grant's line records, ending, audit and writer
 // into the Lease's annotations (removing them when empty).
 func setGrantAnnotations(lease *coordinationv1.Lease, grant arbiter.Grant) error {
@@ -299,9 +307,13 @@ func TargetOf(lease client.Object) (string, bool) {
 }
 
 // ReadTokenFloor reads the namespace's token floor through reader, which
-// must be live: no compare-and-swap would catch a stale floor, and a token
-// must never repeat. It returns the floor (0 if no Lease was ever deleted
-// there) and the floor Lease (nil when there is none).
+// must be live, or the cache that showed a version of a grant Lease of the
+// namespace: no compare-and-swap would catch a stale floor, and a token
+// must never repeat. (The cache's floor comes from the same watch as that
+// version, in etcd's order: it holds every token reserved before the
+// version was written, which is every token the Lease carried before it.)
+// It returns the floor (0 if no Lease was ever deleted there) and the
+// floor Lease (nil when there is none).
 func ReadTokenFloor(ctx context.Context, reader client.Reader, namespace string) (int64, *coordinationv1.Lease, error) {
 	var lease coordinationv1.Lease
 	err := reader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: TokenFloorLease}, &lease)

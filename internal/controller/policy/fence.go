@@ -215,6 +215,11 @@ func (p *prober) unprobed(ctx context.Context, lock arbiter.Lock, gen int64, e *
 	if err != nil && !apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("reading ValidatingAdmissionPolicyBinding %s: %w", bindingName(lock), err)
 	}
+	if lease == nil {
+		if c, err := p.foreignLease(ctx, lock, gen); c != nil || err != nil {
+			return c, err
+		}
+	}
 	if !bound || (lease != nil && !grant.EnforcementCurrent(lease, e)) {
 		// The binding's or the Lease's write brings the lock back here.
 		return p.settle(lock, enforcedCondition(gen, metav1.ConditionFalse, buildlockv1.ReasonNotYetEnforced,
@@ -222,6 +227,21 @@ func (p *prober) unprobed(ctx context.Context, lock arbiter.Lock, gen int64, e *
 			bindingName(lock), lock.Target)), nil
 	}
 	return nil, nil
+}
+
+// foreignLease is the Enforced condition of a lock whose grant Lease name
+// a Lease of somebody else's takes, read live (the cache holds buildlock's
+// Leases alone), else nil: the lock reconciler never takes such a Lease
+// over, so nothing is fenced until it goes.
+func (p *prober) foreignLease(ctx context.Context, lock arbiter.Lock, gen int64) (*metav1.Condition, error) {
+	lease, err := grant.Get(ctx, p.apiReader, lock)
+	if err != nil || lease == nil || grant.Owned(lease) {
+		return nil, err
+	}
+	return p.settle(lock, enforcedCondition(gen, metav1.ConditionFalse, buildlockv1.ReasonForeignLease,
+		"%s: the lock of target %s cannot be granted, nor namespace %s fenced, while it is there, and buildlock never takes it "+
+			"over. Delete that Lease, or use another target name; until then nothing is enforced.",
+		grant.ForeignLeaseProblem(lease), lock.Target, lock.Target)), nil
 }
 
 // judge compares the grant a refused probe saw with the lock's grant Lease
