@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,6 +22,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
@@ -111,7 +113,7 @@ func (r *rehearsal) installWithKubectl(t *testing.T, key *signer, plugin string)
 func (c *cluster) waitForCRDs(t *testing.T) {
 	t.Helper()
 	for _, crd := range []string{"buildlocks.buildlock.io", "buildlockpolicies.buildlock.io"} {
-		poll(t, "CRD "+crd+" established", func(ctx context.Context) (bool, error) {
+		poll(t, "CRD "+crd+" established", time.Minute, func(ctx context.Context) (bool, error) {
 			var o apiextensionsv1.CustomResourceDefinition
 			if err := c.admin.Get(ctx, client.ObjectKey{Name: crd}, &o); err != nil {
 				return false, nil //nolint:nilerr // not created yet
@@ -219,8 +221,10 @@ func (c *cluster) runManager(t *testing.T, key *signer) {
 
 // claim lets a pipeline (a ServiceAccount bound to buildlock-pipeline in
 // pipelineNS) take staging with the plugin krew installed, as a pipeline
-// outside a pod would: the plugin runs its command once the claim is Held,
-// then releases it.
+// outside a pod would: the plugin runs its command once the claim is Held.
+// While the command runs, the claim must be Held by the operator with the
+// token the command was given; when it ends, the plugin releases the claim
+// (it deletes it).
 func (c *cluster) claim(t *testing.T, plugin string, build int64) {
 	t.Helper()
 	ctx := t.Context()
@@ -238,32 +242,80 @@ func (c *cluster) claim(t *testing.T, plugin string, build int64) {
 		}
 	}
 	kubeconfig := c.serviceAccountKubeconfig(t, pipelineNS, "pipeline")
+	dir := t.TempDir()
+	// The command says what it holds, then waits until the test has seen
+	// the claim (the file done).
+	done := filepath.Join(dir, "done")
 	cmd := exec.CommandContext(ctx, plugin, "acquire", "-n", pipelineNS, "--target", "staging",
 		"--repo", "acme/shop", "--branch", "main", "--build", fmt.Sprint(build), "--timeout", "3m",
-		"--", "sh", "-c", `echo "held $BUILDLOCK_NAME with token $BUILDLOCK_FENCING_TOKEN"`)
-	cmd.Env = []string{"KUBECONFIG=" + kubeconfig, "HOME=" + t.TempDir(), "PATH=/usr/bin:/bin"}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("kubectl buildlock acquire: %v\n%s", err, out)
+		"--", "sh", "-c", `echo "held $BUILDLOCK_NAME with token $BUILDLOCK_FENCING_TOKEN"; until [ -e "$DONE" ]; do sleep 0.2; done`)
+	cmd.Env = []string{"KUBECONFIG=" + kubeconfig, "HOME=" + dir, "PATH=/usr/bin:/bin", "DONE=" + done}
+	var out syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
 	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
 	var claimName string
 	var token int64
-	for _, line := range strings.Split(string(out), "\n") {
-		if _, err := fmt.Sscanf(line, "held %s with token %d", &claimName, &token); err == nil {
-			break
+	// The plugin's --timeout bounds the wait.
+	poll(t, "the command to run holding the lock", 3*time.Minute+10*time.Second, func(context.Context) (bool, error) {
+		select {
+		case err := <-exited:
+			return false, fmt.Errorf("kubectl buildlock acquire ended before its command held the lock: %v\n%s", err, out.String())
+		default:
 		}
-	}
-	if claimName == "" || token <= 0 {
-		t.Fatalf("the command did not run holding the lock:\n%s", out)
-	}
+		for _, line := range strings.Split(out.String(), "\n") {
+			if _, err := fmt.Sscanf(line, "held %s with token %d", &claimName, &token); err == nil {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
 	var bl buildlockv1.BuildLock
 	if err := c.admin.Get(ctx, client.ObjectKey{Namespace: pipelineNS, Name: claimName}, &bl); err != nil {
-		t.Fatalf("the claim %s: %v", claimName, err)
+		t.Fatalf("the claim %s while its command runs: %v", claimName, err)
 	}
-	if bl.Status.FencingToken != token || bl.Status.Phase != buildlockv1.PhaseReleased {
-		t.Errorf("the claim %s is %s with token %d, want Released after holding with token %d", claimName, bl.Status.Phase, bl.Status.FencingToken, token)
+	if bl.Status.Phase != buildlockv1.PhaseHeld || bl.Status.FencingToken != token || token <= 0 {
+		t.Errorf("while its command runs, the claim %s is %s with token %d; want Held with the command's token %d", claimName, bl.Status.Phase, bl.Status.FencingToken, token)
 	}
-	t.Logf("claim %s/%s: Held with token %d, then Released", pipelineNS, claimName, token)
+	if err := os.WriteFile(done, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("kubectl buildlock acquire: %v\n%s", err, out.String())
+		}
+	case <-time.After(time.Minute):
+		_ = cmd.Process.Kill()
+		t.Fatalf("kubectl buildlock acquire did not end within a minute of its command:\n%s", out.String())
+	}
+	err := c.admin.Get(ctx, client.ObjectKey{Namespace: pipelineNS, Name: claimName}, &bl)
+	if !apierrors.IsNotFound(err) {
+		t.Errorf("after its command ended, the claim %s is still there (%v): the plugin releases a claim by deleting it", claimName, err)
+	}
+	t.Logf("claim %s/%s: Held with token %d while its command ran, then released", pipelineNS, claimName, token)
+}
+
+// syncBuffer is a bytes.Buffer that a process writes to while the test
+// reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // serviceAccountKubeconfig writes a kubeconfig with a token for the
@@ -302,10 +354,10 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-// poll waits up to a minute for done, failing the test with what.
-func poll(t *testing.T, what string, done func(context.Context) (bool, error)) {
+// poll waits up to within for done, failing the test with what.
+func poll(t *testing.T, what string, within time.Duration, done func(context.Context) (bool, error)) {
 	t.Helper()
-	if err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, time.Minute, true, done); err != nil {
+	if err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, within, true, done); err != nil {
 		t.Fatalf("waiting for %s: %v", what, err)
 	}
 }
