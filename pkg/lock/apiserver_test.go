@@ -46,7 +46,7 @@ func TestMain(m *testing.M) {
 var (
 	serverOnce sync.Once
 	serverErr  error
-	server     *envtest.Environment
+	server     *testenv.Environment
 	serverCfg  *rest.Config
 )
 

@@ -13,7 +13,6 @@ import (
 	. "github.com/onsi/gomega"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/buildlock/buildlock/internal/testenv"
@@ -21,7 +20,7 @@ import (
 
 var (
 	k8sClient client.Client // direct, uncached
-	testEnv   *envtest.Environment
+	testEnv   *testenv.Environment
 	ctx       context.Context
 	cancel    context.CancelFunc
 )
