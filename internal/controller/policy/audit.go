@@ -34,8 +34,10 @@ import (
 // Bypassable condition.
 const (
 	// fenceAuditInterval is how often a fence is audited when its policy
-	// does not change: RBAC changes are not watched.
+	// does not change: RBAC changes are not watched. An audit that failed
+	// is tried again after auditRetryInterval.
 	fenceAuditInterval = 10 * time.Minute
+	auditRetryInterval = time.Minute
 	// maxAuditedIdentities bounds the identities audited per lock, and
 	// maxAuditedTargetAccounts the target's service accounts whose write
 	// rights are looked at.
@@ -135,6 +137,14 @@ type auditState struct {
 	err error
 }
 
+// interval is how long the audit s stands before the next.
+func (s *auditState) interval() time.Duration {
+	if s.err != nil {
+		return auditRetryInterval
+	}
+	return fenceAuditInterval
+}
+
 // auditor audits enforced locks' fences with SubjectAccessReviews.
 type auditor struct {
 	// client creates SubjectAccessReviews and reads claims from the cache.
@@ -154,7 +164,7 @@ func (a *auditor) audit(ctx context.Context, lock arbiter.Lock, policy *buildloc
 	a.mu.Lock()
 	last := a.locks[lock]
 	a.mu.Unlock()
-	if last != nil && last.generation == policy.Generation && now.Sub(last.at) < fenceAuditInterval {
+	if last != nil && last.generation == policy.Generation && now.Sub(last.at) < last.interval() {
 		return *last
 	}
 	next := &auditState{generation: policy.Generation, at: now}
