@@ -373,20 +373,20 @@ func bypassCondition(lock arbiter.Lock, generation int64, state auditState) meta
 		case buildlockv1.BypassImpersonate:
 			says = append(says, fmt.Sprintf("%s may impersonate service accounts or users, and admission judges only whom a "+
 				"request impersonates", who))
-			fixes = append(fixes, "a role without impersonate")
+			fixes = append(fixes, fmt.Sprintf("take impersonate from their roles in %s and %s", lock.Target, lock.Namespace))
 		case buildlockv1.BypassServiceAccountTokens:
 			says = append(says, fmt.Sprintf("%s may create tokens of %s's service accounts, which the fence does not judge "+
 				"and which outlive a hold", who, lock.Target))
-			fixes = append(fixes, "without create on serviceaccounts/token")
+			fixes = append(fixes, fmt.Sprintf("take create on serviceaccounts/token from their roles in %s", lock.Target))
 		case buildlockv1.BypassWorkloads:
 			says = append(says, fmt.Sprintf("%s may leave workloads in %s whose pods run as a service account of %s that may "+
 				"write there, or may bind it a role, and keep writing after its hold", who, lock.Target, lock.Target))
-			fixes = append(fixes, fmt.Sprintf("and let no service account of %s write into it", lock.Target))
+			fixes = append(fixes, fmt.Sprintf("let no service account of %s write into it", lock.Target))
 		}
 	}
-	c.Message = truncate(fmt.Sprintf("The fence of %s can be bypassed: %s. Close it: give the pipelines of %s in %s %s "+
-		"(the built-in edit and admin roles grant impersonate and serviceaccounts/token); status.bypasses lists each identity.",
-		lock.Target, strings.Join(says, "; "), lock.Namespace, lock.Target, strings.Join(fixes, ", ")), maxConditionMessage)
+	c.Message = truncate(fmt.Sprintf("The fence of %s can be bypassed: %s. Close it: %s (the built-in edit and admin roles grant "+
+		"impersonate and serviceaccounts/token: bind a copy without them); status.bypasses lists each identity's rights.",
+		lock.Target, strings.Join(says, "; "), strings.Join(fixes, "; ")), maxConditionMessage)
 	return c
 }
 

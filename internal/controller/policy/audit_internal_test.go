@@ -33,14 +33,14 @@ func TestBypassCondition(t *testing.T) {
 			}},
 			status: metav1.ConditionTrue, reason: buildlockv1.ReasonServiceAccountTokens,
 			says: []string{pipeline + " may create tokens of staging's service accounts",
-				deployer + ", " + pipeline + " may leave workloads in staging", "Close it", "without create on serviceaccounts/token",
+				deployer + ", " + pipeline + " may leave workloads in staging", "Close it", "take create on serviceaccounts/token from their roles in staging",
 				"let no service account of staging write into it"},
 			saysNo: []string{"impersonate service accounts or users"},
 		},
 		"impersonation comes first": {
 			state:  auditState{identities: 1, bypasses: []buildlockv1.FenceBypass{{Identity: pipeline, Rights: rightsOrder}}},
 			status: metav1.ConditionTrue, reason: buildlockv1.ReasonImpersonation,
-			says: []string{pipeline + " may impersonate service accounts or users", "a role without impersonate"},
+			says: []string{pipeline + " may impersonate service accounts or users", "take impersonate from their roles in staging and ci"},
 		},
 		"an audit that failed says why, and is Unknown": {
 			state:  auditState{err: errors.New("subjectaccessreviews is forbidden"), bypasses: []buildlockv1.FenceBypass{{Identity: pipeline}}},
