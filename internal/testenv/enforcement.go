@@ -30,11 +30,6 @@ const (
 	LeaseInformerDir = "lease-informer"
 )
 
-// RequiresLabel marks the objects of config/ that need the API server's
-// MutatingAdmissionPolicies (its value): the chart leaves them out on a
-// cluster without them.
-const RequiresLabel = "buildlock.io/requires"
-
 // InstallIdentity installs config/identity (what every installation has),
 // and waits until the API server applies its mutating policies: requests
 // are then admitted as in a default installation. Objects that exist
