@@ -87,9 +87,10 @@ CHART_RBAC_FILES := role.yaml leader_election_role.yaml metrics_auth_role.yaml m
 
 .PHONY: chart-sync
 chart-sync: manifests ## Copy the generated CRDs, the RBAC rules and the admission policies into the chart.
-	@mkdir -p $(CHART_DIR)/files/crds $(CHART_DIR)/files/rbac $(CHART_DIR)/files/enforcement $(CHART_DIR)/files/lease-informer
-	rm -f $(CHART_DIR)/files/crds/*.yaml $(CHART_DIR)/files/rbac/*.yaml $(CHART_DIR)/files/enforcement/*.yaml $(CHART_DIR)/files/lease-informer/*.yaml
+	@mkdir -p $(CHART_DIR)/files/crds $(CHART_DIR)/files/rbac $(CHART_DIR)/files/identity $(CHART_DIR)/files/enforcement $(CHART_DIR)/files/lease-informer
+	rm -f $(CHART_DIR)/files/crds/*.yaml $(CHART_DIR)/files/rbac/*.yaml $(CHART_DIR)/files/identity/*.yaml $(CHART_DIR)/files/enforcement/*.yaml $(CHART_DIR)/files/lease-informer/*.yaml
 	cp config/crd/bases/*.yaml $(CHART_DIR)/files/crds/
+	cp config/identity/*.yaml $(CHART_DIR)/files/identity/
 	cp config/enforcement/*.yaml $(CHART_DIR)/files/enforcement/
 	cp config/lease-informer/*.yaml $(CHART_DIR)/files/lease-informer/
 	cp $(addprefix config/rbac/,$(CHART_RBAC_FILES)) $(CHART_DIR)/files/rbac/
@@ -113,6 +114,7 @@ lint-chart: $(HELM) ## helm lint --strict the chart, its values schema included.
 .PHONY: verify-chart
 verify-chart: manifests $(HELM) $(PROMTOOL) lint-chart verify-docs ## Fail when the chart's CRDs or RBAC rules differ from config/, its values or alerts are wrong, or helm lint complains.
 	@diff -ru config/crd/bases $(CHART_DIR)/files/crds \
+		&& diff -ru -x Kustomization config/identity $(CHART_DIR)/files/identity \
 		&& diff -ru -x Kustomization config/enforcement $(CHART_DIR)/files/enforcement \
 		&& diff -ru -x Kustomization config/lease-informer $(CHART_DIR)/files/lease-informer \
 		&& for f in $(CHART_RBAC_FILES); do diff -u config/rbac/$$f $(CHART_DIR)/files/rbac/$$f || exit 1; done \

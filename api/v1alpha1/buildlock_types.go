@@ -93,13 +93,13 @@ const (
 	// held the lock within the grant retention. A service account's claim
 	// of a line another service account holds never deploys, whatever its
 	// build; a person's claim may (and frees the line). Only with the
-	// enforcement policies installed, which stamp spec.requester.
+	// identity admission policies installed, which stamp spec.requester.
 	ReasonLineOwnedByOther = "LineOwnedByOther"
 	// ReasonRollbackNotAllowed (phase Superseded) means the claim is a
 	// rollback (spec.rollback) and its lock's BuildLockPolicy does not allow
 	// rollbacks from its requester: spec.rollbacks is Nobody, or PeopleOnly
 	// and the claim's verified requester is a service account or unknown
-	// (without the enforcement policies that stamp spec.requester, no
+	// (without the identity admission policies that stamp spec.requester, no
 	// requester is verified, and PeopleOnly refuses every rollback).
 	ReasonRollbackNotAllowed = "RollbackNotAllowed"
 	// ReasonBuildJumpTooLarge (phase Superseded) means the claim's build is
@@ -259,8 +259,8 @@ type BuildLockSpec struct {
 	RenewTime *Timestamp `json:"renewTime,omitempty"`
 
 	// Requester is who created this BuildLock, stamped by the API server's
-	// buildlock-requester MutatingAdmissionPolicy (installed with
-	// enforcement) from the request's authenticated identity: never set it
+	// buildlock-requester MutatingAdmissionPolicy (part of every
+	// installation) from the request's authenticated identity: never set it
 	// yourself. An enforced lock admits a pod-less holder's writes from this
 	// identity only, and pipelines may change or delete only the claims they
 	// created. The operator takes it as verified, and binds lines to it

@@ -61,7 +61,7 @@ const (
 	// RollbacksAnyone is the default: pipelines and people may roll back.
 	RollbacksAnyone Rollbacks = "Anyone"
 	// RollbacksPeopleOnly allows only claims whose requester (spec.requester,
-	// stamped by the API server with the enforcement policies) is verified
+	// stamped by the API server with the identity policies) is verified
 	// and is not a service account may roll back. Without those policies no
 	// requester is verified, and every rollback is refused: it fails closed.
 	RollbacksPeopleOnly Rollbacks = "PeopleOnly"
@@ -79,6 +79,96 @@ const ConditionReady = "Ready"
 // current grant (the operator's probe write was refused), False with the
 // reason when it does not, and Unknown when the probe could not tell.
 const ConditionEnforced = "Enforced"
+
+// ConditionIdentityVerified on a BuildLockPolicy is True while the API
+// server has the identity admission policies of every installation
+// (config/identity: the requester stamp, claim identity, force-release and
+// override stamps, freeze and consent authority, the guard on the
+// operator's Leases), and False with the missing ones named while it lacks
+// any: then every feature of the policy that needs a verified identity
+// fails closed (no freeze overrides, no rollbacks under PeopleOnly).
+const ConditionIdentityVerified = "IdentityVerified"
+
+// Reasons on a BuildLockPolicy's IdentityVerified condition.
+const (
+	// ReasonIdentityPoliciesInstalled means the API server has every
+	// identity admission policy, each with its binding.
+	ReasonIdentityPoliciesInstalled = "IdentityPoliciesInstalled"
+	// ReasonIdentityPoliciesMissing means it lacks some (the message names
+	// them), or serves no MutatingAdmissionPolicies at all.
+	ReasonIdentityPoliciesMissing = "IdentityPoliciesMissing"
+)
+
+// ConditionBypassable on a BuildLockPolicy with spec.enforce is True when
+// the operator's audit of the fence (a SubjectAccessReview per fenced
+// pipeline identity and right, every 10 minutes and after each change of
+// the policy) found pipelines whose RBAC lets them write into the target
+// around the fence (status.bypasses names them, and the message says how
+// to close it), False when it found none, and Unknown when it could not
+// tell.
+const ConditionBypassable = "Bypassable"
+
+// Reasons on a BuildLockPolicy's Bypassable condition: when it is True, the
+// gravest right found, in this order.
+const (
+	// ReasonImpersonation means a fenced pipeline may impersonate a service
+	// account (of the target or claims namespace) or a user: admission
+	// sees only whom it impersonates, never who sent the request, so it
+	// writes as an identity the fence does not judge.
+	ReasonImpersonation = "Impersonation"
+	// ReasonServiceAccountTokens means a fenced pipeline may create tokens
+	// of the target's service accounts (serviceaccounts/token), which the
+	// fence does not judge and which outlive its hold.
+	ReasonServiceAccountTokens = "ServiceAccountTokens"
+	// ReasonWorkloads means a fenced pipeline may create pods, or workloads
+	// that create them, in the target, and a service account of the target
+	// may write there (or the pipeline may bind it a role that does): a
+	// workload left behind keeps writing after the hold.
+	ReasonWorkloads = "Workloads"
+	// ReasonNoBypass means the audit found no such right.
+	ReasonNoBypass = "NoBypass"
+	// ReasonAuditFailed means the audit could not be made (the message
+	// says why); the condition is Unknown and status.bypasses keeps the
+	// last audit's findings.
+	ReasonAuditFailed = "AuditFailed"
+)
+
+// BypassRight is a right of a fenced pipeline identity that lets it write
+// into an enforced target around the fence.
+// +kubebuilder:validation:Enum=Impersonate;CreateServiceAccountTokens;CreateWorkloads
+type BypassRight string
+
+// Rights that bypass a fence.
+const (
+	// BypassImpersonate: it may impersonate service accounts of the target
+	// or the claims namespace, or users (RBAC verb impersonate; the
+	// built-in edit and admin roles grant it on service accounts).
+	BypassImpersonate BypassRight = "Impersonate"
+	// BypassServiceAccountTokens: it may create tokens of the target's
+	// service accounts (create serviceaccounts/token; edit and admin grant
+	// it).
+	BypassServiceAccountTokens BypassRight = "CreateServiceAccountTokens"
+	// BypassWorkloads: it may create pods or workloads (Deployments,
+	// ReplicaSets, StatefulSets, DaemonSets, Jobs, CronJobs) in the target,
+	// whose pods run as the target's service accounts, and one of those may
+	// write into the target, or the pipeline may bind it a role (create
+	// rolebindings).
+	BypassWorkloads BypassRight = "CreateWorkloads"
+)
+
+// FenceBypass names a fenced pipeline identity whose rights let it write
+// into the target around the fence.
+type FenceBypass struct {
+	// Identity is the pipeline's user name as the API server authenticates
+	// it: system:serviceaccount:<claims namespace>:<name>, or a CI
+	// identity's.
+	// +kubebuilder:validation:MaxLength=512
+	Identity string `json:"identity"`
+	// Rights are the rights that bypass the fence, gravest first.
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=3
+	Rights []BypassRight `json:"rights"`
+}
 
 // LockedByLabel on a namespace names the claims namespace whose lock may
 // fence it: the target's consent to enforcement.
@@ -166,7 +256,7 @@ type BuildLockPolicySpec struct {
 	// Rollbacks says who may roll back, with a claim's spec.rollback
 	// (`kubectl buildlock acquire --rollback --reason ...`): Anyone (the
 	// default: pipelines and people), PeopleOnly (verified requesters that
-	// are not service accounts; needs the enforcement policies, and refuses
+	// are not service accounts; needs the identity policies, and refuses
 	// every rollback without them), or Nobody. A refused rollback is
 	// Superseded (RollbackNotAllowed).
 	// +optional
@@ -241,7 +331,8 @@ type BuildLockPolicyStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// Conditions hold the Ready condition.
+	// Conditions hold the Ready and IdentityVerified conditions, and with
+	// spec.enforce the Enforced and Bypassable conditions.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -263,6 +354,16 @@ type BuildLockPolicyStatus struct {
 	// look-ahead (a year).
 	// +optional
 	NextChange *metav1.Time `json:"nextChange,omitempty"`
+
+	// Bypasses name, for a policy with spec.enforce, the fenced pipeline
+	// identities whose RBAC rights let them write into the target around
+	// the fence, as the operator's last audit found them (the Bypassable
+	// condition says how to close it): at most 32, in name order.
+	// +optional
+	// +listType=map
+	// +listMapKey=identity
+	// +kubebuilder:validation:MaxItems=32
+	Bypasses []FenceBypass `json:"bypasses,omitempty"`
 }
 
 // BuildLockPolicy chooses how one lock is arbitrated. It lives in the

@@ -151,7 +151,7 @@ type Window struct {
 
 	// FrozenBy marks an ad-hoc freeze, added by `kubectl buildlock freeze`:
 	// the user name of whoever added it, as the API server authenticated
-	// them (with the chart's enforcement policies installed, the API
+	// them (with the identity admission policies installed, the API
 	// server refuses a window whose frozenBy is not its sender's own user
 	// name). `kubectl buildlock unfreeze` removes ad-hoc freezes only,
 	// never the policy's other windows.
@@ -246,7 +246,7 @@ const (
 	OverrideExpiresAnnotation = "buildlock.io/override-expires"
 	// OverriddenByAnnotation names who set or changed OverrideAnnotation or
 	// OverrideExpiresAnnotation, as the API server authenticated them: the
-	// enforcement policies stamp it on every such request and refuse any
+	// identity admission policies stamp it on every such request and refuse any
 	// other change of it. Without those policies anyone may write it, and
 	// the operator calls the override unverified.
 	OverriddenByAnnotation = "buildlock.io/overridden-by"

@@ -49,7 +49,7 @@ import (
 var (
 	setupOnce sync.Once
 	setupErr  error
-	env       *envtest.Environment
+	env       *testenv.Environment
 	adminCfg  *rest.Config
 	admin     client.WithWatch // direct, uncached
 	manager   *testenv.Manager

@@ -311,12 +311,33 @@ var _ = Describe("Enforcement that fails closed", Ordered, func() {
 		Expect(asPerson.Delete(ctx, record.DeepCopy())).To(Succeed(), "the namespace controller's delete")
 	})
 
+	// Issue 31: the refusal of a write for want of the lock's record is the
+	// API server's own ("no params found for policy binding with `Deny`
+	// parameterNotFoundAction"), which says nothing of the lock; so the
+	// record of an enforced lock cannot go missing, not even by the hand of
+	// system:masters, and the refusal of its deletion says what to do.
+	It("keeps the record of an enforced lock from being deleted, saying what to do instead", func() {
+		record := getLease(Default, ci, target)
+		Expect(k8sClient.Delete(ctx, record.DeepCopy())).To(beRefusedWith(
+			"is the record of the enforced lock of namespace "+target,
+			"refuses every write into "+target+", from anyone",
+			"kubectl buildlock force-release -n "+ci,
+			"remove its label buildlock.io/locked-by"), "system:masters")
+		Expect(person.client().Delete(ctx, record.DeepCopy())).To(beRefusedWith("written by the buildlock operator"))
+		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(record), &coordinationv1.Lease{})).To(Succeed())
+		Expect(deploy(person, target, "person-with-record")).To(Succeed(), "the target is as it was")
+	})
+
 	// Issue 21, item 4: a missing parameter refuses.
 	It("refuses every write into the target while its grant Lease is missing, and keeps the label as break-glass", func() {
 		controllerUser := "system:serviceaccount:kube-system:replicaset-controller"
 		grantAll(target, controllerUser)
 		Expect(operator.Stop()).To(Succeed())
-		Expect(k8sClient.Delete(ctx, getLease(Default, ci, target))).To(Succeed())
+		// Only with the guard's own help: a member of system:masters takes
+		// the enforced label off the record first.
+		record := getLease(Default, ci, target)
+		Expect(k8sClient.Patch(ctx, record, labelPatch("buildlock.io/enforced", nil))).To(Succeed())
+		Expect(k8sClient.Delete(ctx, record)).To(Succeed())
 		missing := MatchError(ContainSubstring("no params found for policy binding"))
 		Eventually(func() error { return deploy(identity{user: pipeline, pod: web}, target, "holder-without-grant") }).
 			Should(missing, "the holder's pipeline")

@@ -101,7 +101,8 @@ buildlock_grants_total 2
 			byName[f.GetName()] = f
 			for _, m := range f.GetMetric() {
 				for _, l := range m.GetLabel() {
-					Expect(l.GetName()).To(BeElementOf("reason", "namespace", "target"), "metric %s has a per-claim label", f.GetName())
+					// policy: buildlock_identity_policy_installed's, one of seven names.
+					Expect(l.GetName()).To(BeElementOf("reason", "namespace", "target", "policy"), "metric %s has a per-claim label", f.GetName())
 				}
 			}
 		}

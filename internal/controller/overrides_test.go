@@ -20,10 +20,10 @@ import (
 
 // apiServerOfItsOwn starts a kube-apiserver and etcd for the calling
 // container of specs alone (stopped after it), with the BuildLock CRD and
-// no admission policy, and returns a connection to it and a client.
-func apiServerOfItsOwn() (*rest.Config, client.Client) {
+// the given options, and returns a connection to it and a client.
+func apiServerOfItsOwn(opts ...testenv.Option) (*rest.Config, client.Client) {
 	GinkgoHelper()
-	env, err := testenv.New()
+	env, err := testenv.New(opts...)
 	Expect(err).NotTo(HaveOccurred())
 	c, err := env.Start()
 	Expect(err).NotTo(HaveOccurred())
@@ -83,7 +83,7 @@ var _ = Describe("An override nothing verified", Ordered, func() {
 		pipeline = "system:serviceaccount:" + ci + ":pipeline"
 	)
 	BeforeAll(func() {
-		cfg2, admin = apiServerOfItsOwn()
+		cfg2, admin = apiServerOfItsOwn(testenv.WithoutIdentityPolicies())
 		Expect(admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ci}})).To(Succeed())
 		role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ci, Name: "pipeline"},
 			Rules: []rbacv1.PolicyRule{{APIGroups: []string{buildlockv1.GroupVersion.Group}, Resources: []string{"buildlocks"},

@@ -82,7 +82,9 @@ var _ = Describe("Re-installing the enforcement policies", Ordered, func() {
 	}
 
 	BeforeAll(func() {
-		cfg2, admin = apiServerOfItsOwn()
+		// As a cluster that never had them: not even the identity policies
+		// every installation has.
+		cfg2, admin = apiServerOfItsOwn(testenv.WithoutIdentityPolicies())
 		for _, ns := range []*corev1.Namespace{
 			{ObjectMeta: metav1.ObjectMeta{Name: ci}},
 			{ObjectMeta: metav1.ObjectMeta{Name: target, Labels: map[string]string{buildlockv1.LockedByLabel: ci}}},
@@ -119,6 +121,45 @@ var _ = Describe("Re-installing the enforcement policies", Ordered, func() {
 		Eventually(phaseOf("ops-1")).Should(Equal(buildlockv1.PhaseReleased))
 		Expect(admin.Get(ctx, client.ObjectKeyFromObject(bl), bl)).To(Succeed())
 		Expect(bl.Status.Message).To(ContainSubstring(`force-released by an unverified requester ("alice@corp: maintenance")`))
+	})
+
+	// Issue 31: the identity policies are part of every installation, and
+	// where the API server lacks them the operator says so.
+	It("says on each policy and in a metric which identity policies the API server lacks, until it has them", func() {
+		identityPolicies := []string{"buildlock-claim-identity", "buildlock-consent", "buildlock-force-release", "buildlock-freezes",
+			"buildlock-grant-leases", "buildlock-override", "buildlock-requester"}
+		policy := &buildlockv1.BuildLockPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ci, Name: "unfenced"}}
+		Expect(admin.Create(ctx, policy)).To(Succeed())
+		verified := func(g Gomega) *metav1.Condition {
+			var p buildlockv1.BuildLockPolicy
+			g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(policy), &p)).To(Succeed())
+			c := meta.FindStatusCondition(p.Status.Conditions, buildlockv1.ConditionIdentityVerified)
+			g.Expect(c).NotTo(BeNil(), "the policy has no IdentityVerified condition")
+			return c
+		}
+		Eventually(func(g Gomega) {
+			c := verified(g)
+			g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+			g.Expect(c.Reason).To(Equal(buildlockv1.ReasonIdentityPoliciesMissing))
+			for _, name := range identityPolicies {
+				g.Expect(c.Message).To(ContainSubstring(name))
+			}
+			g.Expect(c.Message).To(ContainSubstring("fails closed"))
+		}).Should(Succeed())
+		for _, name := range identityPolicies {
+			Expect(series(registry, "buildlock_identity_policy_installed", "policy", name)).To(HaveValue(Equal(0.0)), name)
+		}
+
+		By("installing them, as every installation does")
+		Expect(testenv.InstallIdentity(ctx, cfg2)).To(Succeed())
+		Eventually(func(g Gomega) {
+			c := verified(g)
+			g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
+			g.Expect(c.Reason).To(Equal(buildlockv1.ReasonIdentityPoliciesInstalled))
+		}).Should(Succeed())
+		for _, name := range identityPolicies {
+			Expect(series(registry, "buildlock_identity_policy_installed", "policy", name)).To(HaveValue(Equal(1.0)), name)
+		}
 	})
 
 	It("keeps the fence moving with the grant after the policies are removed and installed again", func() {
@@ -175,6 +216,28 @@ var _ = Describe("Re-installing the enforcement policies", Ordered, func() {
 		Expect(gauge(registry, "buildlock_enforced_locks", "reason", buildlockv1.ReasonFenceFrozen)).To(Equal(1.0))
 	})
 })
+
+// series reads the value of a gauge with the given label from reg; nil
+// when there is no such series.
+func series(reg prometheus.Gatherer, name, label, value string) *float64 {
+	GinkgoHelper()
+	families, err := reg.Gather()
+	Expect(err).NotTo(HaveOccurred())
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					v := m.GetGauge().GetValue()
+					return &v
+				}
+			}
+		}
+	}
+	return nil
+}
 
 // gauge reads the value of a gauge with the given label from reg (0 when
 // there is no such series).

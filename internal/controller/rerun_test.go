@@ -285,7 +285,9 @@ var _ = Describe("Claims written by the previous release", Ordered, func() {
 			Expect(err).NotTo(HaveOccurred(), "git show %s (the spec needs the history: git fetch --unshallow)", previousReleaseCommit)
 			Expect(os.WriteFile(filepath.Join(crds, file), out, 0o600)).To(Succeed())
 		}
-		env, err := testenv.New()
+		// As the previous release installed by default: without the identity
+		// admission policies.
+		env, err := testenv.New(testenv.WithoutIdentityPolicies())
 		Expect(err).NotTo(HaveOccurred())
 		env.CRDDirectoryPaths = []string{crds}
 		cfg2, err = env.Start()

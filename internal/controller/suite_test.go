@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/buildlock/buildlock/internal/testenv"
@@ -23,7 +22,7 @@ var (
 	cfg       *rest.Config
 	k8sClient client.Client // direct, uncached: reads see the API server's latest state
 	scheme    *runtime.Scheme
-	testEnv   *envtest.Environment
+	testEnv   *testenv.Environment
 	ctx       context.Context
 	cancel    context.CancelFunc
 	// githubIssuer and gitlabIssuer sign the OIDC tokens of CI jobs, which

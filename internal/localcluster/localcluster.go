@@ -28,15 +28,15 @@ const ContextName = "buildlock-local"
 // Options shape the control plane.
 type Options struct {
 	// WithoutCRDs starts the API server without the BuildLock CRD and the
-	// enforcement admission policies, for a caller that installs them
-	// itself (the chart test installs the chart's copies with helm).
+	// admission policies, for a caller that installs them itself (the chart
+	// test installs the chart's copies with helm).
 	WithoutCRDs bool
 }
 
 // Cluster is a running local control plane.
 type Cluster struct {
 	// Env is the envtest environment running etcd and kube-apiserver.
-	Env *envtest.Environment
+	Env *testenv.Environment
 	// Config is an administrator's (system:masters) connection.
 	Config *rest.Config
 	// Dir is the temporary directory holding Kubeconfig; Stop removes it.
@@ -54,7 +54,11 @@ func Start(o Options) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	env, err := testenv.New()
+	var opts []testenv.Option
+	if o.WithoutCRDs {
+		opts = append(opts, testenv.WithoutIdentityPolicies())
+	}
+	env, err := testenv.New(opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -80,8 +84,9 @@ func Start(o Options) (_ *Cluster, err error) {
 		}
 	}()
 	if !o.WithoutCRDs {
-		// The admission policies of an enforcing installation, so that a
-		// BuildLockPolicy with spec.enforce can be tried here.
+		// The identity policies of every installation (env.Start installed
+		// them) and the fence of an enforcing one, so that a BuildLockPolicy
+		// with spec.enforce can be tried here.
 		if err := testenv.InstallEnforcement(context.Background(), cfg); err != nil {
 			return nil, err
 		}

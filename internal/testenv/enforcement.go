@@ -18,26 +18,43 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// The directories of config/ that an enforcing installation applies: the
-// admission policies (and the probe's RBAC), and the policy that keeps the
-// API server's Lease parameter informer alive, which stays when the
-// policies go (the chart's enforcement.enabled installs both).
+// The directories of config/ that installations apply: the identity
+// admission policies, which every installation has (config/default, the
+// chart's identity.enabled, New's environments); the fence (and the probe's
+// RBAC), which the chart's enforcement.enabled adds; and the policy that
+// keeps the API server's Lease parameter informer alive, which comes with
+// the fence and stays when it goes.
 const (
+	IdentityDir      = "identity"
 	EnforcementDir   = "enforcement"
 	LeaseInformerDir = "lease-informer"
 )
 
-// InstallEnforcement installs config/enforcement and config/lease-informer
-// (what the chart installs with enforcement.enabled), and waits until the
-// API server applies the mutating policies: requests are then admitted as
-// in a cluster that enforces locks. Objects that exist already are left as
-// they are.
+// InstallIdentity installs config/identity (what every installation has),
+// and waits until the API server applies its mutating policies: requests
+// are then admitted as in a default installation. Objects that exist
+// already are left as they are.
+func InstallIdentity(ctx context.Context, cfg *rest.Config) error {
+	return install(ctx, cfg, IdentityDir)
+}
+
+// InstallEnforcement installs config/identity, config/enforcement and
+// config/lease-informer (what the chart installs with enforcement.enabled),
+// and waits until the API server applies the mutating policies: requests
+// are then admitted as in a cluster that enforces locks. Objects that exist
+// already are left as they are.
 func InstallEnforcement(ctx context.Context, cfg *rest.Config) error {
+	return install(ctx, cfg, IdentityDir, EnforcementDir, LeaseInformerDir)
+}
+
+// install creates the objects of dirs of config/ (IdentityDir among them)
+// and waits until the mutating policies stamp claims.
+func install(ctx context.Context, cfg *rest.Config, dirs ...string) error {
 	c, err := client.New(cfg, client.Options{Scheme: Scheme()})
 	if err != nil {
 		return fmt.Errorf("creating a client: %w", err)
 	}
-	objs, err := ConfigObjects(EnforcementDir, LeaseInformerDir)
+	objs, err := ConfigObjects(dirs...)
 	if err != nil {
 		return err
 	}
@@ -46,11 +63,18 @@ func InstallEnforcement(ctx context.Context, cfg *rest.Config) error {
 			return fmt.Errorf("creating %s %s: %w", obj.GetKind(), obj.GetName(), err)
 		}
 	}
-	// The API server compiles a mutating policy against the CRD's schema
-	// some time after both exist; until then it refuses BuildLocks, or
-	// admits them unstamped before the policies are in effect at all, and
-	// the validating policies may take effect first. Wait until a dry run of
-	// a create is admitted with spec.requester and the force-release stamp.
+	return WaitForStamps(ctx, c)
+}
+
+// WaitForStamps waits until the API server stamps a new claim's
+// spec.requester and the authors of its force-release and override.
+//
+// The API server compiles a mutating policy against the CRD's schema some
+// time after both exist; until then it refuses BuildLocks, or admits them
+// unstamped before the policies are in effect at all, and the validating
+// policies may take effect first. So it waits until a dry run of a create
+// is admitted with spec.requester and both stamps.
+func WaitForStamps(ctx context.Context, c client.Client) error {
 	probe := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{
 		"target": "probe", "repo": "buildlock/probe", "branch": "main", "build": int64(1),
 	}}}
@@ -59,15 +83,23 @@ func InstallEnforcement(ctx context.Context, cfg *rest.Config) error {
 	probe.SetNamespace("default")
 	probe.SetName("enforcement-probe")
 	probe.SetAnnotations(map[string]string{"buildlock.io/force-release": "probe: installing", "buildlock.io/override": "probe: installing"})
-	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
 		admitted := probe.DeepCopy()
-		if err := c.Create(ctx, admitted, client.DryRunAll); err != nil {
+		if last = c.Create(ctx, admitted, client.DryRunAll); last != nil {
 			return false, nil
 		}
 		_, stamped, _ := unstructured.NestedString(admitted.Object, "spec", "requester", "username")
 		stamps := admitted.GetAnnotations()
 		return stamped && stamps["buildlock.io/force-released-by"] != "" && stamps["buildlock.io/overridden-by"] != "", nil
 	})
+	if err != nil && last != nil {
+		return fmt.Errorf("waiting for the admission policies to stamp claims: %w (last answer: %w)", err, last)
+	}
+	if err != nil {
+		return fmt.Errorf("waiting for the admission policies to stamp claims: %w", err)
+	}
+	return nil
 }
 
 // DeleteConfig deletes the objects of the given directories of config/ (as

@@ -19,12 +19,8 @@ import (
 	"github.com/go-jose/go-jose/v4/jwt"
 	apiserverv1 "k8s.io/apiserver/pkg/apis/apiserver/v1"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 )
-
-// Option configures the environment New returns.
-type Option func(env *envtest.Environment) error
 
 // WithAuthentication makes the API server authenticate bearer tokens as
 // config says (kube-apiserver --authentication-config: JWT authenticators,
@@ -32,7 +28,7 @@ type Option func(env *envtest.Environment) error
 // certificates. The file is written into dir, which must outlive the
 // environment.
 func WithAuthentication(dir string, config *apiserverv1.AuthenticationConfiguration) Option {
-	return func(env *envtest.Environment) error {
+	return func(env *Environment) error {
 		config = config.DeepCopy()
 		config.APIVersion, config.Kind = apiserverv1.SchemeGroupVersion.String(), "AuthenticationConfiguration"
 		data, err := yaml.Marshal(config)

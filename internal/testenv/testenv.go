@@ -1,6 +1,7 @@
 // Package testenv starts the real control plane the tests run against (etcd
 // and kube-apiserver, built into bin/k8s by `make envtest`) with the
-// BuildLock CRD installed, and runs the operator's manager in-process. The
+// BuildLock CRD and the identity admission policies of every install
+// (config/identity) installed, and runs the operator's manager in-process. The
 // controller, plugin, chaos and benchmark tests and the local cluster of
 // `make run` share it, so that they all exercise the same wiring as
 // cmd/manager.
@@ -10,6 +11,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -39,19 +41,43 @@ func Scheme() *runtime.Scheme { return controller.Scheme() }
 // binaries.
 func RepoRoot() (string, error) { return doctest.RepoRoot() }
 
-// New returns an envtest environment with the BuildLock CRD, using the
-// binaries in KUBEBUILDER_ASSETS or else bin/k8s/<version>, configured by
-// opts.
-func New(opts ...Option) (*envtest.Environment, error) {
+// Environment is an envtest environment that installs, once started, the
+// identity admission policies that every installation of buildlock has
+// (config/identity), unless WithoutIdentityPolicies: tests run against the
+// secure default.
+type Environment struct {
+	*envtest.Environment
+	// identity says whether Start installs config/identity.
+	identity bool
+}
+
+// Option configures the environment New returns.
+type Option func(env *Environment) error
+
+// WithoutIdentityPolicies leaves out the identity admission policies: for a
+// test of what the operator does without them, or of the CRD's own
+// validation, or for a caller that installs them itself (the chart test,
+// with helm).
+func WithoutIdentityPolicies() Option {
+	return func(env *Environment) error {
+		env.identity = false
+		return nil
+	}
+}
+
+// New returns an envtest environment with the BuildLock CRD and the
+// identity admission policies, using the binaries in KUBEBUILDER_ASSETS or
+// else bin/k8s/<version>, configured by opts.
+func New(opts ...Option) (*Environment, error) {
 	root, err := RepoRoot()
 	if err != nil {
 		return nil, err
 	}
-	env := &envtest.Environment{
+	env := &Environment{Environment: &envtest.Environment{
 		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
 		Scheme:                Scheme(),
-	}
+	}, identity: true}
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		env.BinaryAssetsDirectory = filepath.Join(root, "bin", "k8s", K8sVersion)
 	}
@@ -61,6 +87,28 @@ func New(opts ...Option) (*envtest.Environment, error) {
 		}
 	}
 	return env, nil
+}
+
+// identityInstallTimeout bounds the wait for the identity policies to take
+// effect after the control plane started.
+const identityInstallTimeout = 2 * time.Minute
+
+// Start starts etcd and kube-apiserver with the CRDs, as envtest does, then
+// installs the identity admission policies (unless WithoutIdentityPolicies)
+// and waits until the API server stamps claims with them. Like envtest's,
+// it leaves the control plane running when a step after its start fails:
+// the caller stops it.
+func (e *Environment) Start() (*rest.Config, error) {
+	cfg, err := e.Environment.Start()
+	if err != nil || !e.identity {
+		return cfg, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), identityInstallTimeout)
+	defer cancel()
+	if err := InstallIdentity(ctx, cfg); err != nil {
+		return nil, fmt.Errorf("installing the identity admission policies: %w", err)
+	}
+	return cfg, nil
 }
 
 // ManagerOptions configure an in-process manager: the operator's own

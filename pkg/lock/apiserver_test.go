@@ -46,7 +46,7 @@ func TestMain(m *testing.M) {
 var (
 	serverOnce sync.Once
 	serverErr  error
-	server     *envtest.Environment
+	server     *testenv.Environment
 	serverCfg  *rest.Config
 )
 
@@ -595,13 +595,21 @@ func TestAClaimThatIsNotThisJobsTakesNoName(t *testing.T) {
 		t.Fatal("the API server does not say who the test is")
 	}
 	victim := Claim{Namespace: ns, Target: "staging", Repo: "acme/shop", Branch: "main", Build: 42, RunID: "9-1", StateDir: t.TempDir()}
+	// squat creates a claim under the victim's name, as requester (the
+	// API server stamps spec.requester with who creates it).
 	squat := func(spec Claim, requester string) *buildlockv1.BuildLock {
 		bl := spec.BuildLock()
 		bl.Name = Name(victim)
-		if requester != "" {
-			bl.Spec.Requester = &buildlockv1.Requester{Username: requester}
+		as := c
+		if requester != "" && requester != me {
+			cfg := rest.CopyConfig(serverCfg)
+			// With the rights of the administrator that creates it here.
+			cfg.Impersonate = rest.ImpersonationConfig{UserName: requester, Groups: []string{"system:masters", "system:authenticated"}}
+			impersonated, err := NewClient(cfg)
+			must(t, err)
+			as = impersonated
 		}
-		must(t, c.Create(ctx, bl))
+		must(t, as.Create(ctx, bl))
 		setStatus(t, c, bl, queued(0, "nobody"))
 		return bl
 	}

@@ -96,7 +96,7 @@ const stepPipelines = "pkg/lock pipelines"
 // bench holds the API server and the clients every row shares.
 type bench struct {
 	ctx        context.Context
-	env        *envtest.Environment
+	env        *testenv.Environment
 	cfg        *rest.Config     // admin, not rate-limited
 	c          client.WithWatch // the harness's own client: pods, cleanup (not counted)
 	cs         kubernetes.Interface

@@ -17,7 +17,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
@@ -87,7 +86,7 @@ func TestHandOffSurvivesAFailedPodRead(t *testing.T) {
 // stopped by TestMain.
 var shared struct {
 	once sync.Once
-	env  *envtest.Environment
+	env  *testenv.Environment
 	cfg  *rest.Config
 	err  error
 }

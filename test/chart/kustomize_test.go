@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -15,7 +16,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
 	"github.com/buildlock/buildlock/internal/localcluster"
 )
 
@@ -67,6 +71,24 @@ func TestInstallWithoutHelm(t *testing.T) {
 		var ns corev1.Namespace
 		find(t, objs, "Namespace", releaseNS, &ns)
 		g.Expect(ns.Labels).To(HaveKeyWithValue("pod-security.kubernetes.io/enforce", "restricted"))
+	})
+
+	// Issue 31: verified by default.
+	t.Run("it installs the identity admission policies of config/identity, and no fence", func(t *testing.T) {
+		g := NewWithT(t)
+		var got []string
+		for _, o := range objs {
+			if strings.HasSuffix(o.GetKind(), "AdmissionPolicy") || strings.HasSuffix(o.GetKind(), "AdmissionPolicyBinding") {
+				got = append(got, o.GetKind()+" "+o.GetName())
+				g.Expect(o.GetNamespace()).To(BeEmpty(), "%s %s is cluster-scoped", o.GetKind(), o.GetName())
+			}
+		}
+		var want []string
+		for _, o := range configPolicies(t, "identity") {
+			u := unstructured.Unstructured{Object: o}
+			want = append(want, u.GetKind()+" "+u.GetName())
+		}
+		g.Expect(got).To(ConsistOf(want))
 	})
 
 	t.Run("the manager runs with the chart's defaults", func(t *testing.T) {
@@ -124,12 +146,21 @@ func TestInstallWithoutHelm(t *testing.T) {
 		expectRestrictedPod(t, admin, objs)
 	})
 
+	// The API server compiles the mutating policy against the CRD's schema
+	// a moment after both exist, and refuses BuildLocks until then.
+	g.Eventually(func() error {
+		return admin.Create(ctx, claim("probe", "staging", "acme/probe", 1), client.DryRunAll)
+	}).Should(Succeed(), "the admission policies admit claims")
 	asPipeline := bindPipeline(ctx, g, c, admin)
 	mgr := startManager(t, manager, d.Spec.Template.Spec.Containers[0].Args, asServiceAccount(c.Config, releaseNS, managerSA))
 
 	t.Run("its RBAC lets the manager hand a lock over and serve metrics to a reader", func(t *testing.T) {
 		g := newG(t)
 		handOff(ctx, g, admin, asPipeline, "staging", 7)
+		bl := &buildlockv1.BuildLock{}
+		g.Expect(admin.Get(ctx, client.ObjectKey{Namespace: pipelineNS, Name: "shop-main-7"}, bl)).To(Succeed())
+		g.Expect(bl.Spec.Requester).To(HaveValue(HaveField("Username", "system:serviceaccount:"+pipelineNS+":"+pipelineSA)),
+			"config/identity's admission policy stamps who created the claim")
 
 		g.Expect(mgr.secure).To(BeTrue(), "config/manager serves metrics securely")
 		g.Expect(admin.Create(ctx, &rbacv1.ClusterRoleBinding{

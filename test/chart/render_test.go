@@ -162,6 +162,11 @@ func TestRenderedChartValues(t *testing.T) {
 			// the manager's; and the helm test's
 			"ServiceAccount": 2, "Pod": 1,
 			"Role": 1, "RoleBinding": 1, "Service": 1, "Deployment": 1, "CustomResourceDefinition": 2,
+			// config/identity (requester, force-release, override; claim
+			// identity, consent, force-release, freezes, grant-leases,
+			// override) and the bindings guard, each with its binding
+			"MutatingAdmissionPolicy": 3, "MutatingAdmissionPolicyBinding": 3,
+			"ValidatingAdmissionPolicy": 7, "ValidatingAdmissionPolicyBinding": 7,
 		}))
 		var d appsv1.Deployment
 		find(t, objs, "Deployment", "buildlock", &d)
@@ -306,60 +311,92 @@ func grants(rules []rbacv1.PolicyRule, group, resource, verb string) bool {
 	return false
 }
 
-// TestRenderedEnforcement: with enforcement.enabled the chart installs
-// exactly the objects of config/enforcement and config/lease-informer
-// (through its copies, which `make verify-chart` compares), naming its own
-// ServiceAccount as the operator in buildlock-grant-leases, and none
-// without.
-func TestRenderedEnforcement(t *testing.T) {
-	h := requireHelm(t)
-	g := NewWithT(t)
-	g.Expect(kinds(parseObjects(t, h.template(t)))).NotTo(HaveKey(HaveSuffix("AdmissionPolicy")))
-
+// configPolicies returns the objects of the given directories of config/,
+// as the chart must render them.
+func configPolicies(t *testing.T, dirs ...string) []map[string]any {
+	t.Helper()
 	var want []map[string]any
-	for _, dir := range []string{"enforcement", "lease-informer"} {
+	for _, dir := range dirs {
 		files, err := filepath.Glob(filepath.Join(repoRoot(t), "config", dir, "*.yaml"))
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(files).NotTo(BeEmpty())
+		if err != nil || len(files) == 0 {
+			t.Fatalf("no manifests in config/%s: %v", dir, err)
+		}
 		for _, f := range files {
 			data, err := os.ReadFile(f)
-			g.Expect(err).NotTo(HaveOccurred())
+			if err != nil {
+				t.Fatal(err)
+			}
 			for _, o := range parseObjects(t, string(data)) {
 				want = append(want, o.Object)
 			}
 		}
 	}
-	// enforcement renders the chart for a release named buildlock in
-	// buildlock-system with ServiceAccount sa, and returns the objects of
-	// config/ and the guard's kinds.
-	enforcement := func(sa string, values ...string) (got []*unstructured.Unstructured, guard []string) {
-		for _, o := range parseObjects(t, h.template(t, append([]string{"--set", "enforcement.enabled=true"}, values...)...)) {
-			switch {
-			case strings.HasSuffix(o.GetName(), "-bindings-guard"):
-				guard = append(guard, o.GetKind())
-				if o.GetKind() == "ValidatingAdmissionPolicy" {
-					conditions, _, _ := unstructured.NestedSlice(o.Object, "spec", "matchConditions")
-					g.Expect(conditions).To(ContainElement(HaveKeyWithValue("expression", ContainSubstring(
-						"'system:serviceaccount:buildlock-system:"+sa+"'"))), "the guard applies to the operator's ServiceAccount")
-				}
-			case o.GetLabels()["app.kubernetes.io/component"] == "enforcement":
-				got = append(got, o)
-			}
+	return want
+}
+
+// renderedPolicies renders the chart for a release named buildlock in
+// buildlock-system with values, and returns the objects of config/ it
+// renders (by their component label: identity, enforcement) and the guard's
+// kinds.
+func renderedPolicies(t *testing.T, h *helmRunner, values ...string) (identity, enforcement []map[string]any, guard []string) {
+	t.Helper()
+	for _, o := range parseObjects(t, h.template(t, values...)) {
+		switch {
+		case strings.HasSuffix(o.GetName(), "-bindings-guard"):
+			guard = append(guard, o.GetKind())
+		case o.GetLabels()["app.kubernetes.io/component"] == "identity":
+			identity = append(identity, o.Object)
+		case o.GetLabels()["app.kubernetes.io/component"] == "enforcement":
+			enforcement = append(enforcement, o.Object)
 		}
-		return got, guard
 	}
-	got, guard := enforcement("buildlock")
-	var objects []map[string]any
-	for _, o := range got {
-		objects = append(objects, o.Object)
-	}
-	g.Expect(objects).To(ConsistOf(want), "the chart's enforcement must be config/enforcement's and config/lease-informer's; run `make chart-sync`")
+	return identity, enforcement, guard
+}
+
+// withoutMutating drops the objects that need MutatingAdmissionPolicies.
+func withoutMutating(objs []map[string]any) []map[string]any {
+	return slices.DeleteFunc(slices.Clone(objs), func(o map[string]any) bool {
+		labels, _, _ := unstructured.NestedStringMap(o, "metadata", "labels")
+		return labels["buildlock.io/requires"] == "MutatingAdmissionPolicy"
+	})
+}
+
+// TestRenderedIdentityPolicies (issue 31): the chart's defaults install
+// exactly the identity admission policies of config/identity (through its
+// copies, which `make verify-chart` compares), naming its own
+// ServiceAccount as the operator in buildlock-grant-leases, and no fence;
+// on a cluster without MutatingAdmissionPolicies, those that need them are
+// left out; identity.enabled=false leaves them all out.
+func TestRenderedIdentityPolicies(t *testing.T) {
+	h := requireHelm(t)
+	g := NewWithT(t)
+	want := configPolicies(t, "identity")
+
+	identity, enforcement, guard := renderedPolicies(t, h)
+	g.Expect(identity).To(ConsistOf(want), "the chart's defaults must install config/identity; run `make chart-sync`")
+	g.Expect(enforcement).To(BeEmpty(), "fencing is not a default")
 	g.Expect(guard).To(ConsistOf("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"),
 		"a guard keeps the operator from binding any other admission policy")
+	g.Expect(withoutMutating(identity)).NotTo(HaveLen(len(identity)), "Kubernetes 1.37, helm's default: with the mutating policies")
 
-	got, _ = enforcement("deployer", "--set", "serviceAccount.name=deployer")
+	for name, values := range map[string][]string{
+		"Kubernetes 1.35, rendered without a cluster":      {"--kube-version", "1.35.0"},
+		"a cluster that serves no MutatingAdmissionPolicy": {"--kube-version", "1.36.0", "--api-versions", "v1/Namespace"},
+	} {
+		identity, _, _ := renderedPolicies(t, h, values...)
+		g.Expect(identity).To(ConsistOf(withoutMutating(want)), name)
+		g.Expect(identity).NotTo(BeEmpty(), name)
+	}
+	identity, _, _ = renderedPolicies(t, h, "--kube-version", "1.35.0", "--api-versions",
+		"admissionregistration.k8s.io/v1/MutatingAdmissionPolicy")
+	g.Expect(identity).To(ConsistOf(want), "a cluster whose discovery names the kind")
+
+	identity, _, guard = renderedPolicies(t, h, "--set", "identity.enabled=false")
+	g.Expect(identity).To(BeEmpty(), "identity.enabled=false")
+	g.Expect(guard).NotTo(BeEmpty(), "the guard stays: the operator's rights do")
+
 	var operator []any
-	for _, o := range got {
+	for _, o := range parseObjects(t, h.template(t, "--set", "serviceAccount.name=deployer")) {
 		if o.GetKind() == "ValidatingAdmissionPolicy" && o.GetName() == "buildlock-grant-leases" {
 			operator, _, _ = unstructured.NestedSlice(o.Object, "spec", "variables")
 		}
@@ -367,4 +404,26 @@ func TestRenderedEnforcement(t *testing.T) {
 	g.Expect(operator).To(ContainElement(And(HaveKeyWithValue("name", "operator"),
 		HaveKeyWithValue("expression", "'system:serviceaccount:buildlock-system:deployer'"))),
 		"buildlock-grant-leases names the release's ServiceAccount")
+	for _, o := range parseObjects(t, h.template(t, "--set", "serviceAccount.name=deployer")) {
+		if o.GetKind() == "ValidatingAdmissionPolicy" && strings.HasSuffix(o.GetName(), "-bindings-guard") {
+			conditions, _, _ := unstructured.NestedSlice(o.Object, "spec", "matchConditions")
+			g.Expect(conditions).To(ContainElement(HaveKeyWithValue("expression", ContainSubstring(
+				"'system:serviceaccount:buildlock-system:deployer'"))), "the guard applies to the operator's ServiceAccount")
+		}
+	}
+}
+
+// TestRenderedEnforcement: with enforcement.enabled the chart adds exactly
+// the objects of config/enforcement and config/lease-informer to the
+// identity policies, and none without.
+func TestRenderedEnforcement(t *testing.T) {
+	h := requireHelm(t)
+	g := NewWithT(t)
+	identity, enforcement, _ := renderedPolicies(t, h, "--set", "enforcement.enabled=true")
+	g.Expect(enforcement).To(ConsistOf(configPolicies(t, "enforcement", "lease-informer")),
+		"the chart's enforcement must be config/enforcement's and config/lease-informer's; run `make chart-sync`")
+	g.Expect(identity).To(ConsistOf(configPolicies(t, "identity")), "enforcement builds on the identity policies")
+	_, enforcement, _ = renderedPolicies(t, h, "--set", "enforcement.enabled=true", "--kube-version", "1.35.0")
+	g.Expect(enforcement).To(ConsistOf(withoutMutating(configPolicies(t, "enforcement", "lease-informer"))),
+		"buildlock-claims needs the requester's stamp")
 }

@@ -226,7 +226,7 @@ func ensurePolicy(ctx context.Context, t *testing.T, c client.Client, ns string)
 }
 
 // writeKubeconfig writes a kubeconfig of an administrator of env.
-func writeKubeconfig(t *testing.T, env *envtest.Environment) string {
+func writeKubeconfig(t *testing.T, env *testenv.Environment) string {
 	t.Helper()
 	user, err := env.AddUser(envtest.User{Name: "readme", Groups: []string{"system:masters"}}, nil)
 	if err != nil {

@@ -133,3 +133,35 @@ severity: {{ .severity }}
 {{ toYaml . }}
 {{- end }}
 {{- end }}
+
+{{/*
+"true" when the cluster serves MutatingAdmissionPolicies
+(admissionregistration.k8s.io/v1, Kubernetes 1.36 or newer): as discovery
+says when Helm talks to a cluster (install, upgrade, template --validate),
+and by the Kubernetes version for a `helm template` without one, whose API
+versions name no kinds.
+*/}}
+{{- define "buildlock.servesMutatingAdmissionPolicies" -}}
+{{- if .Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy" -}}
+true
+{{- else if and (not (.Capabilities.APIVersions.Has "v1/Namespace")) (semverCompare ">=1.36-0" .Capabilities.KubeVersion.Version) -}}
+true
+{{- end -}}
+{{- end }}
+
+{{/*
+The documents of the chart's copies of config/ files matching glob (dict
+root, glob), each as it is, but for those labelled buildlock.io/requires:
+MutatingAdmissionPolicy on a cluster that serves none.
+*/}}
+{{- define "buildlock.admissionPolicies" -}}
+{{- $mutating := eq (include "buildlock.servesMutatingAdmissionPolicies" .root) "true" }}
+{{- range $path, $_ := .root.Files.Glob .glob }}
+{{- range $doc := regexSplit "(?m)^---[ \t]*$" ($.root.Files.Get $path) -1 }}
+{{- if and (regexMatch "(?m)^kind:" $doc) (or $mutating (not (contains "buildlock.io/requires: MutatingAdmissionPolicy" $doc))) }}
+---
+{{ trim $doc }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}

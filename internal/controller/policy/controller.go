@@ -1,10 +1,12 @@
 // Package policy is the policy controller. For each lock with a
 // BuildLockPolicy it reports whether the operator applies the policy (the
-// Ready condition), keeps the lock's enforcement binding in line with it,
-// and proves the fence the binding sets up (the Enforced condition, by a
-// probe: fence.go), in one status write when either condition changed. It
-// also says how a lock is arbitrated under its policy (For), which the lock
-// reconciler reads.
+// Ready condition) and whether the API server verifies who is who (the
+// IdentityVerified condition: the identity admission policies), keeps the
+// lock's enforcement binding in line with it, proves the fence the binding
+// sets up (the Enforced condition, by a probe: fence.go) and audits who can
+// get around it (the Bypassable condition and status.bypasses: audit.go),
+// in one status write when any of them changed. It also says how a lock is
+// arbitrated under its policy (For), which the lock reconciler reads.
 //
 // It never decides a lock and is never on a hand-off's path: the lock
 // reconciler writes the grant Lease, which carries the enforcement in the
@@ -91,6 +93,8 @@ type Reconciler struct {
 
 	// prober probes the fences, and remembers what it saw of each lock.
 	prober *prober
+	// auditor audits the fences, and remembers its last audit of each lock.
+	auditor *auditor
 }
 
 // Reconcile writes the lock's binding and its policy's status as the policy
@@ -111,13 +115,21 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	bindErr := syncBinding(ctx, r.Client, lock, lease, applied.Enforce)
 	if applied.Object == nil {
 		r.prober.forget(lock)
+		r.auditor.forget(lock)
 		return ctrl.Result{}, bindErr
 	}
 	change, after, fenceErr := r.enforcement(ctx, lock, applied, lease)
 	now := r.Clock.Now()
+	var audit *auditState
+	if applied.Enforce != nil {
+		a := r.auditor.audit(ctx, lock, applied.Object, now)
+		audit = &a
+	} else {
+		r.auditor.forget(lock)
+	}
 	state, _ := applied.Windows.At(now)
 	r.prober.metrics.setFrozen(lock, applied.Windows != nil, !state.Open)
-	statusErr := r.writeStatus(ctx, applied, change, state)
+	statusErr := r.writeStatus(ctx, applied, change, audit, state)
 	// The windows' next edge is looked at then: the status shows it, and
 	// the freeze's Events are recorded there.
 	if edge := applied.Windows.Edge(state); !edge.IsZero() && (after <= 0 || edge.Sub(now) < after) {
@@ -156,11 +168,13 @@ func (r *Reconciler) enforcement(ctx context.Context, lock arbiter.Lock, applied
 	return enforcedChange{c: c}, after, nil
 }
 
-// writeStatus sets the policy's Ready condition and its Enforced condition
-// (see enforcedChange), and what its windows say at state (state,
-// activeWindows, nextChange), and writes the status when any changed,
-// conditional on the policy read; a change of state records an Event.
-func (r *Reconciler) writeStatus(ctx context.Context, applied Applied, change enforcedChange, state window.State) error {
+// writeStatus sets the policy's Ready and IdentityVerified conditions, its
+// Enforced condition (see enforcedChange), its Bypassable condition and
+// bypasses (from audit; removed when nil), and what its windows say at
+// state (state, activeWindows, nextChange), and writes the status when any
+// changed, conditional on the policy read; a change of state records an
+// Event.
+func (r *Reconciler) writeStatus(ctx context.Context, applied Applied, change enforcedChange, audit *auditState, state window.State) error {
 	policy := applied.Object
 	status := policy.Status.DeepCopy()
 	now := metav1.NewTime(r.Clock.Now())
@@ -168,6 +182,18 @@ func (r *Reconciler) writeStatus(ctx context.Context, applied Applied, change en
 	ready := applied.Ready
 	ready.LastTransitionTime = now
 	changed := meta.SetStatusCondition(&status.Conditions, ready)
+	identity := identityCondition(r.Admission, policy.Generation)
+	identity.LastTransitionTime = now
+	changed = meta.SetStatusCondition(&status.Conditions, identity) || changed
+	if audit == nil {
+		changed = meta.RemoveStatusCondition(&status.Conditions, buildlockv1.ConditionBypassable) || changed
+		status.Bypasses = nil
+	} else {
+		bypass := bypassCondition(arbiter.Lock{Namespace: policy.Namespace, Target: policy.Name}, policy.Generation, *audit)
+		bypass.LastTransitionTime = now
+		changed = meta.SetStatusCondition(&status.Conditions, bypass) || changed
+		status.Bypasses = reported(audit.bypasses)
+	}
 	switch {
 	case change.keep:
 	case change.c == nil:
@@ -190,7 +216,25 @@ func (r *Reconciler) writeStatus(ctx context.Context, applied Applied, change en
 	if change.c != nil && !conditionShown(policy, change.c) {
 		logf.FromContext(ctx).Info("Enforcement changed", "target", policy.Name, "reason", change.c.Reason)
 	}
+	if c := meta.FindStatusCondition(status.Conditions, buildlockv1.ConditionBypassable); c != nil && !conditionShown(policy, c) {
+		logf.FromContext(ctx).Info("Fence audited", "target", policy.Name, "bypassable", c.Status, "reason", c.Reason,
+			"bypasses", len(status.Bypasses))
+	}
 	return nil
+}
+
+// identityCondition is the IdentityVerified condition: whether the API
+// server has every identity admission policy. It has no receiver, to
+// facilitate testing.
+func identityCondition(a *admission.Policies, generation int64) metav1.Condition {
+	c := metav1.Condition{Type: buildlockv1.ConditionIdentityVerified, ObservedGeneration: generation,
+		Status: metav1.ConditionTrue, Reason: buildlockv1.ReasonIdentityPoliciesInstalled,
+		Message: "The API server has buildlock's identity admission policies: who created a claim, who force-released or " +
+			"overrode it, and who froze the target are its word, and only the operator writes the locks' Leases."}
+	if msg := a.IdentityMessage(); msg != "" {
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, buildlockv1.ReasonIdentityPoliciesMissing, msg
+	}
+	return c
 }
 
 // recordFreeze records an Event, and logs, when the policy's target became
@@ -237,14 +281,21 @@ func conditionShown(policy *buildlockv1.BuildLockPolicy, c *metav1.Condition) bo
 // from the policies themselves (a change of their spec, or their
 // deletion); from the grant Leases of enforced locks (every change: the
 // fence must follow the grant); from the locks' bindings; from namespaces
-// whose consent label changes; and from buildlock-enforce coming or going,
-// which concerns every enforced lock.
+// whose consent label changes; from buildlock-enforce coming or going,
+// which concerns every enforced lock; and from the identity admission
+// policies coming or going, which concern every policy. It also reports the
+// identity policies in the manager's log and metrics (admission.Report).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	// The informers it reads, registered before the manager starts so that
 	// waiting for the cache to sync covers them.
 	for _, obj := range []client.Object{&admissionv1.ValidatingAdmissionPolicyBinding{}, namespaceMetadata()} {
 		if _, err := mgr.GetCache().GetInformer(context.Background(), obj, cache.BlockUntilSynced(false)); err != nil {
 			return fmt.Errorf("registering the informer of %T: %w", obj, err)
+		}
+	}
+	if r.Admission != nil {
+		if err := r.Admission.Report(mgr, r.Registry); err != nil {
+			return err
 		}
 	}
 	probeCfg := rest.CopyConfig(mgr.GetConfig())
@@ -255,6 +306,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	r.prober = &prober{client: r.Client, apiReader: r.APIReader, probe: probe, clock: r.Clock, admission: r.Admission,
 		metrics: newFenceMetrics(r.Registry), locks: map[arbiter.Lock]*fenceState{}}
+	r.auditor = &auditor{client: r.Client, apiReader: r.APIReader, admission: r.Admission, locks: map[arbiter.Lock]*auditState{}}
 	toLock := func(namespace, target string) []reconcile.Request {
 		if namespace == "" || target == "" {
 			return nil
@@ -283,8 +335,12 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	consentToLock := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
 		return toLock(obj.GetLabels()[buildlockv1.LockedByLabel], obj.GetName())
 	})
-	enforcePolicyToLocks := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, obj client.Object) []reconcile.Request {
-		if obj.GetName() != enforcePolicyName {
+	// buildlock-enforce concerns the enforced locks; an identity policy,
+	// or its binding, every policy's IdentityVerified condition.
+	admissionToLocks := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, obj client.Object) []reconcile.Request {
+		name := obj.GetName()
+		enforce := name == enforcePolicyName
+		if !enforce && !slices.Contains(admission.IdentityPolicies(), name) {
 			return nil
 		}
 		var list buildlockv1.BuildLockPolicyList
@@ -294,19 +350,26 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		var reqs []reconcile.Request
 		for _, bp := range list.Items {
-			if bp.Spec.Enforce != nil {
+			if !enforce || bp.Spec.Enforce != nil {
 				reqs = append(reqs, toLock(bp.Namespace, bp.Name)...)
 			}
 		}
 		return reqs
 	})
-	err = ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named("buildlock-policy").
 		For(&buildlockv1.BuildLockPolicy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&coordinationv1.Lease{}, leaseToLock, builder.WithPredicates(enforcedLeases)).
 		Watches(&admissionv1.ValidatingAdmissionPolicyBinding{}, bindingToLock).
-		WatchesMetadata(&corev1.Namespace{}, consentToLock, builder.WithPredicates(predicate.LabelChangedPredicate{})).
-		WatchesMetadata(&admissionv1.ValidatingAdmissionPolicy{}, enforcePolicyToLocks).
+		WatchesMetadata(&corev1.Namespace{}, consentToLock, builder.WithPredicates(predicate.LabelChangedPredicate{}))
+	if r.Admission != nil {
+		for _, src := range r.Admission.Sources(mgr, admissionToLocks) {
+			b = b.WatchesRawSource(src)
+		}
+	} else {
+		b = b.WatchesMetadata(&admissionv1.ValidatingAdmissionPolicy{}, admissionToLocks)
+	}
+	err = b.
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers, SkipNameValidation: ptr.To(r.SkipNameValidation)}).
 		Complete(r)
 	if err != nil {
