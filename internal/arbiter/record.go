@@ -314,7 +314,7 @@ func (d *decider) rememberedLines() (map[line]*LineRecord, map[branch]*branchMem
 // line without one, belong to it.
 type branch struct{ repo, branch string }
 
-func branchOfLine(l line) branch   { return branch{l.repo, l.branch} }
+func branchOfLine(l line) branch    { return branch{l.repo, l.branch} }
 func branchOfClaim(c *Claim) branch { return branch{c.Repo, c.Branch} }
 
 // branchLine is the line of c's branch without a workflow.
