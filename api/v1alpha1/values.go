@@ -138,7 +138,7 @@ func TextAnnotationRule(key string) string {
 	return `!('` + key + `' in variables.annotations) || !variables.annotations['` + key + `'].matches(r'[` + TextForbiddenChars + `]')`
 }
 
-// TextAnnotationMessageExpression: see TextAnnotationRule.
+// TextAnnotationMessageExpression is the message of TextAnnotationRule(key).
 func TextAnnotationMessageExpression(key string) string {
 	return textMessageExpression(`variables.annotations['`+key+`']`, "annotation "+key)
 }

@@ -937,12 +937,12 @@ func checkSupersessions(in input, d Decision, fail func(string, ...any)) {
 			}
 		case v.Reason == ReasonLineOwnedByOther:
 			owns := func(owner string) bool { return genPipeline(owner) && genPipeline(c.Identity) && owner != c.Identity }
-			if v.SupersededBy != "" || !(latest != nil && owns(latest.Owner) || sameBranch && owns(h.Identity)) {
+			if explained := latest != nil && owns(latest.Owner) || sameBranch && owns(h.Identity); v.SupersededBy != "" || !explained {
 				fail("%s: refused as %q on its branch, whose latest grant is %+v", c.Name, c.Identity, latest)
 			}
 		case v.Reason == ReasonBuildJumpTooLarge:
 			jumps := func(r int64) bool { return r > 0 && c.Build-r > jump && (c.Identity == "" || genPipeline(c.Identity)) }
-			if v.SupersededBy != "" || !(jumps(r) || newHold && lineOf(h) == lineOf(c) && jumps(h.Build)) {
+			if explained := jumps(r) || newHold && lineOf(h) == lineOf(c) && jumps(h.Build); v.SupersededBy != "" || !explained {
 				fail("%s: build %d refused as a jump; the memory has build %d", c.Name, c.Build, r)
 			}
 		case v.SupersededBy == "":

@@ -60,7 +60,7 @@ func TestAWorkflowNameEscapesNothing(t *testing.T) {
 	claims := []Claim{as(claim("shop-42", shop, 42, 5), shopPipeline)}
 	g := Grant{}
 	now := at(5)
-	step := func(what string, arrive ...Claim) Decision {
+	step := func(arrive ...Claim) Decision {
 		t.Helper()
 		claims = append(claims, arrive...)
 		d := Decide(staging, claims, g, now, strict)
@@ -68,14 +68,14 @@ func TestAWorkflowNameEscapesNothing(t *testing.T) {
 		now = now.Add(time.Minute)
 		return d
 	}
-	if d := step("42 arrives"); d.Holder != "shop-42" {
+	if d := step(); d.Holder != "shop-42" {
 		t.Fatalf("build 42 does not hold:\n%s", d)
 	}
 	claims[0].Pod = PodFinished
-	step("42 goes")
+	step()
 	for _, c := range []Claim{as(claim("shop-41", shop, 41, 8), shopPipeline), as(ofWorkflow(claim("shop-41-x", shop, 41, 9), "x"), shopPipeline),
 		as(ofWorkflow(claim("shop-42-y", shop, 42, 10), "y"), shopPipeline)} {
-		if d := step(c.Name+" arrives", c); d.Holder != "" {
+		if d := step(c); d.Holder != "" {
 			t.Errorf("%s holds after build 42 of its branch deployed, under rollbacks: Nobody and reruns: Refused:\n%s", c.Name, d)
 		}
 	}

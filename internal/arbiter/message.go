@@ -42,22 +42,8 @@ func (d *decider) message(i int, grant Grant) string {
 		return d.rollbackRefusedMessage(c)
 	case ReasonLineOwnedByOther, ReasonBuildJumpTooLarge:
 		return d.lineMemoryMessage(i, v.Reason)
-	case ReasonDeleted:
-		if d.wasHolding(i) {
-			return fmt.Sprintf("The BuildLock of %s was deleted (a finalizer still keeps it); its hold on %s "+
-				"ends: stop deploying.", build(c), target)
-		}
-		return fmt.Sprintf("The BuildLock of %s was deleted (a finalizer still keeps it); it leaves the queue for %s.",
-			build(c), target)
-	case ReasonPodFinished, ReasonPodGone:
-		what := "finished"
-		if v.Reason == ReasonPodGone {
-			what = "is gone"
-		}
-		if d.wasHolding(i) {
-			return fmt.Sprintf("The pod of %s %s; its hold on %s is released.", build(c), what, target)
-		}
-		return fmt.Sprintf("The pod of %s %s; it leaves the queue for %s.", build(c), what, target)
+	case ReasonDeleted, ReasonPodFinished, ReasonPodGone:
+		return d.goneMessage(i)
 	case ReasonForceReleased:
 		what := "it leaves the queue for " + target
 		if d.wasHolding(i) {
@@ -78,6 +64,28 @@ func (d *decider) message(i int, grant Grant) string {
 			capitalized(build(c)), target, stamp(d.endedAt(i)))
 	}
 	return "" // Rule 8: a terminal claim keeps its stored message.
+}
+
+// goneMessage is the message of claim i, which ended because it was
+// deleted (a finalizer keeps it) or its pod finished or is gone.
+func (d *decider) goneMessage(i int) string {
+	c, target := d.claims[i], d.lock.Target
+	if d.verdicts[i].Reason == ReasonDeleted {
+		if d.wasHolding(i) {
+			return fmt.Sprintf("The BuildLock of %s was deleted (a finalizer still keeps it); its hold on %s "+
+				"ends: stop deploying.", build(c), target)
+		}
+		return fmt.Sprintf("The BuildLock of %s was deleted (a finalizer still keeps it); it leaves the queue for %s.",
+			build(c), target)
+	}
+	what := "finished"
+	if d.verdicts[i].Reason == ReasonPodGone {
+		what = "is gone"
+	}
+	if d.wasHolding(i) {
+		return fmt.Sprintf("The pod of %s %s; its hold on %s is released.", build(c), what, target)
+	}
+	return fmt.Sprintf("The pod of %s %s; it leaves the queue for %s.", build(c), what, target)
 }
 
 // freezeMessage is the message of a claim that waits because its target
