@@ -157,8 +157,8 @@ type Claim struct {
 	// Identity is who created the claim, as far as the API server vouches
 	// for it: spec.requester's user name when the buildlock-requester
 	// admission policy stamped it, else empty (unknown). A pipeline (see
-	// IsPipeline) owns the lines it holds (rule 3); a person neither owns a
-	// line nor is bound by an owner or by Policy.MaxBuildJump.
+	// IsPipeline) owns the branch it held last (rule 3); a person neither
+	// owns a branch nor is bound by an owner or by Policy.MaxBuildJump.
 	Identity string
 	// CIIdentity says that Identity is a CI system's: the API server
 	// authenticated an OIDC token of GitHub Actions or GitLab CI and mapped
@@ -342,7 +342,8 @@ type LineRecord struct {
 	Build    int64
 	HeldAt   time.Time
 	// Owner is the Identity of the claim granted (empty when unknown). A
-	// pipeline (IsPipeline) owns the line while the record counts (rule 3).
+	// pipeline (IsPipeline) owns the branch while this is the branch's
+	// latest record (rule 3).
 	Owner string
 	// OwnerCI is the CIIdentity of the claim granted.
 	OwnerCI bool
