@@ -87,14 +87,24 @@ const (
 	// of one build never deploy at once. Or the build already held the lock
 	// and the BuildLockPolicy refuses re-runs (spec.reruns: Refused).
 	ReasonDuplicateBuild = "DuplicateBuild"
-	// ReasonLineOwnedByOther (phase Superseded) means the claim's line
-	// (repository and branch) belongs to another service account: the
-	// verified requester (spec.requester) of the line's latest build that
-	// held the lock within the grant retention. A service account's claim
-	// of a line another service account holds never deploys, whatever its
-	// build; a person's claim may (and frees the line). Only with the
-	// identity admission policies installed, which stamp spec.requester.
+	// ReasonLineOwnedByOther (phase Superseded) means the claim's branch
+	// (repository and branch, whatever the workflow) belongs to another
+	// pipeline (service account or CI identity): the verified requester
+	// (spec.requester) of the latest build of any of the branch's lines
+	// that held the lock within the grant retention. A pipeline's claim of
+	// a branch another pipeline held last never deploys, whatever its
+	// build; a person's claim may (and frees the branch). Only with the
+	// identity policies installed, which stamp spec.requester.
 	ReasonLineOwnedByOther = "LineOwnedByOther"
+	// ReasonLineMemoryFull (phase Waiting) means the claim's line is new to
+	// the lock and the grant record's memory of lines has no room for it:
+	// it is full (96 KiB), or the lines held as the claim's requester fill
+	// that identity's share (24 KiB). A build whose line would not be
+	// remembered is not granted, since a lower build of its line could
+	// deploy after it once its claim is gone. The claim keeps its place and
+	// is granted once records leave the memory (after the grant retention)
+	// and make room; claims of lines the lock remembers go meanwhile.
+	ReasonLineMemoryFull = "LineMemoryFull"
 	// ReasonRollbackNotAllowed (phase Superseded) means the claim is a
 	// rollback (spec.rollback) and its lock's BuildLockPolicy does not allow
 	// rollbacks from its requester: spec.rollbacks is Nobody, or PeopleOnly
@@ -177,13 +187,14 @@ type BuildLockSpec struct {
 	// +kubebuilder:validation:XValidation:rule=`self.matches(r'^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)+$')`,message="spec.repo must be owner/name (GitLab: group/subgroup/name), each part of letters, digits, '_', '.' and '-', for example acme/shop; not a URL"
 	Repo string `json:"repo"`
 
-	// Branch is the branch (or other ref) that was built. Control characters
-	// and Unicode bidirectional overrides are refused: the branch is printed
-	// by kubectl and in every message about the build.
+	// Branch is the branch (or other ref) that was built. Control and
+	// invisible characters, bidirectional marks and overrides, and line
+	// separators are refused (TextForbiddenChars): the branch names a line,
+	// and is printed by kubectl and in every message about the build.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=255
-	// +kubebuilder:validation:XValidation:rule=`!self.matches(r'[\x{0000}-\x{001f}\x{007f}-\x{009f}\x{202a}-\x{202e}\x{2066}-\x{2069}]')`,message="spec.branch must not contain control characters (newlines, tabs, escape sequences) or Unicode bidirectional overrides"
+	// +kubebuilder:validation:XValidation:rule=`!self.matches(r'[\p{Cc}\p{Cf}\p{Zl}\p{Zp}\x{034F}\x{115F}\x{1160}\x{17B4}\x{17B5}\x{3164}\x{FFA0}]')`,messageExpression=`[self.find(r'[\p{Cc}\p{Cf}\p{Zl}\p{Zp}\x{034F}\x{115F}\x{1160}\x{17B4}\x{17B5}\x{3164}\x{FFA0}]')].map(c, [string(self.indexOf(c) + 1)].map(i, ['%x'.format([bytes(c)])].map(h, [[0, 1, 2, 3].filter(k, 2 * k < size(h)).map(k, '0123456789abcdef'.indexOf(h.charAt(2 * k)) * 16 + '0123456789abcdef'.indexOf(h.charAt(2 * k + 1)))].map(b, [size(b) == 1 ? b[0] : size(b) == 2 ? (b[0] - 192) * 64 + b[1] - 128 : size(b) == 3 ? (b[0] - 224) * 4096 + (b[1] - 128) * 64 + b[2] - 128 : (b[0] - 240) * 262144 + (b[1] - 128) * 4096 + (b[2] - 128) * 64 + b[3] - 128].map(p, 'spec.branch must not contain invisible, bidirectional or control characters: it has U+' + (p >= 1048576 ? ['0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'A', 'B', 'C', 'D', 'E', 'F'][p / 1048576 % 16] : '') + (p >= 65536 ? ['0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'A', 'B', 'C', 'D', 'E', 'F'][p / 65536 % 16] : '') + ['0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'A', 'B', 'C', 'D', 'E', 'F'][p / 4096 % 16] + ['0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'A', 'B', 'C', 'D', 'E', 'F'][p / 256 % 16] + ['0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'A', 'B', 'C', 'D', 'E', 'F'][p / 16 % 16] + ['0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'A', 'B', 'C', 'D', 'E', 'F'][p % 16] + ' at character ' + i + '; write it without that character')[0])[0])[0])[0])[0]`,message="spec.branch must not contain invisible, bidirectional or control characters (zero-width spaces, bidirectional marks and overrides, line separators, newlines, tabs)"
 	Branch string `json:"branch"`
 
 	// Build is the build number within repo and branch; a higher number is a
@@ -200,11 +211,14 @@ type BuildLockSpec struct {
 	// of two workflows of one repository and branch are never compared. The
 	// plugin and the integrations fill it in; a claim without it is of the
 	// line of repo and branch alone, as claims were before it existed.
-	// Control characters and Unicode bidirectional overrides are refused.
+	// Unless the API server verified it (spec.requester.workflow, from a CI
+	// identity's token), it is free text, and the claim is judged by its
+	// branch's line without a workflow too. The characters TextForbiddenChars
+	// names are refused.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=255
-	// +kubebuilder:validation:XValidation:rule=`!self.matches(r'[\x{0000}-\x{001f}\x{007f}-\x{009f}\x{202a}-\x{202e}\x{2066}-\x{2069}]')`,message="spec.workflow must not contain control characters (newlines, tabs, escape sequences) or Unicode bidirectional overrides"
+	// +kubebuilder:validation:XValidation:rule=`!self.matches(r'[\p{Cc}\p{Cf}\p{Zl}\p{Zp}\x{034F}\x{115F}\x{1160}\x{17B4}\x{17B5}\x{3164}\x{FFA0}]')`,messageExpression=`[self.find(r'[\p{Cc}\p{Cf}\p{Zl}\p{Zp}\x{034F}\x{115F}\x{1160}\x{17B4}\x{17B5}\x{3164}\x{FFA0}]')].map(c, [string(self.indexOf(c) + 1)].map(i, ['%x'.format([bytes(c)])].map(h, [[0, 1, 2, 3].filter(k, 2 * k < size(h)).map(k, '0123456789abcdef'.indexOf(h.charAt(2 * k)) * 16 + '0123456789abcdef'.indexOf(h.charAt(2 * k + 1)))].map(b, [size(b) == 1 ? b[0] : size(b) == 2 ? (b[0] - 192) * 64 + b[1] - 128 : size(b) == 3 ? (b[0] - 224) * 4096 + (b[1] - 128) * 64 + b[2] - 128 : (b[0] - 240) * 262144 + (b[1] - 128) * 4096 + (b[2] - 128) * 64 + b[3] - 128].map(p, 'spec.workflow must not contain invisible, bidirectional or control characters: it has U+' + (p >= 1048576 ? ['0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'A', 'B', 'C', 'D', 'E', 'F'][p / 1048576 % 16] : '') + (p >= 65536 ? ['0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'A', 'B', 'C', 'D', 'E', 'F'][p / 65536 % 16] : '') + ['0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'A', 'B', 'C', 'D', 'E', 'F'][p / 4096 % 16] + ['0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'A', 'B', 'C', 'D', 'E', 'F'][p / 256 % 16] + ['0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'A', 'B', 'C', 'D', 'E', 'F'][p / 16 % 16] + ['0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'A', 'B', 'C', 'D', 'E', 'F'][p % 16] + ' at character ' + i + '; write it without that character')[0])[0])[0])[0])[0]`,message="spec.workflow must not contain invisible, bidirectional or control characters (zero-width spaces, bidirectional marks and overrides, line separators, newlines, tabs)"
 	Workflow string `json:"workflow,omitempty"`
 
 	// Rollback, when set, makes this claim a rollback on purpose: it may
@@ -274,12 +288,13 @@ type BuildLockSpec struct {
 // Rollback says why a claim rolls back.
 type Rollback struct {
 	// Reason says why, for the people who read the audit: an incident, a
-	// ticket. At most 256 characters, without control characters.
+	// ticket. At most 256 characters, without the characters
+	// TextForbiddenChars names.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=256
 	// +kubebuilder:validation:XValidation:rule=`self.matches(r'\S')`,message="spec.rollback.reason must say why the build rolls back (an incident, a ticket): it is blank"
-	// +kubebuilder:validation:XValidation:rule=`!self.matches(r'[\x{0000}-\x{001f}\x{007f}-\x{009f}\x{202a}-\x{202e}\x{2066}-\x{2069}]')`,message="spec.rollback.reason must not contain control characters (newlines, tabs, escape sequences) or Unicode bidirectional overrides"
+	// +kubebuilder:validation:XValidation:rule=`!self.matches(r'[\p{Cc}\p{Cf}\p{Zl}\p{Zp}\x{034F}\x{115F}\x{1160}\x{17B4}\x{17B5}\x{3164}\x{FFA0}]')`,messageExpression=`[self.find(r'[\p{Cc}\p{Cf}\p{Zl}\p{Zp}\x{034F}\x{115F}\x{1160}\x{17B4}\x{17B5}\x{3164}\x{FFA0}]')].map(c, [string(self.indexOf(c) + 1)].map(i, ['%x'.format([bytes(c)])].map(h, [[0, 1, 2, 3].filter(k, 2 * k < size(h)).map(k, '0123456789abcdef'.indexOf(h.charAt(2 * k)) * 16 + '0123456789abcdef'.indexOf(h.charAt(2 * k + 1)))].map(b, [size(b) == 1 ? b[0] : size(b) == 2 ? (b[0] - 192) * 64 + b[1] - 128 : size(b) == 3 ? (b[0] - 224) * 4096 + (b[1] - 128) * 64 + b[2] - 128 : (b[0] - 240) * 262144 + (b[1] - 128) * 4096 + (b[2] - 128) * 64 + b[3] - 128].map(p, 'spec.rollback.reason must not contain invisible, bidirectional or control characters: it has U+' + (p >= 1048576 ? ['0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'A', 'B', 'C', 'D', 'E', 'F'][p / 1048576 % 16] : '') + (p >= 65536 ? ['0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'A', 'B', 'C', 'D', 'E', 'F'][p / 65536 % 16] : '') + ['0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'A', 'B', 'C', 'D', 'E', 'F'][p / 4096 % 16] + ['0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'A', 'B', 'C', 'D', 'E', 'F'][p / 256 % 16] + ['0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'A', 'B', 'C', 'D', 'E', 'F'][p / 16 % 16] + ['0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'A', 'B', 'C', 'D', 'E', 'F'][p % 16] + ' at character ' + i + '; write it without that character')[0])[0])[0])[0])[0]`,message="spec.rollback.reason must not contain invisible, bidirectional or control characters (zero-width spaces, bidirectional marks and overrides, line separators, newlines, tabs)"
 	Reason string `json:"reason"`
 }
 
@@ -292,6 +307,7 @@ type Requester struct {
 	// system:serviceaccount:ci:pipeline.
 	// +optional
 	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule=`!self.matches(r'[\p{Cc}\p{Cf}\p{Zl}\p{Zp}\x{034F}\x{115F}\x{1160}\x{17B4}\x{17B5}\x{3164}\x{FFA0}]')`,messageExpression=`[self.find(r'[\p{Cc}\p{Cf}\p{Zl}\p{Zp}\x{034F}\x{115F}\x{1160}\x{17B4}\x{17B5}\x{3164}\x{FFA0}]')].map(c, [string(self.indexOf(c) + 1)].map(i, ['%x'.format([bytes(c)])].map(h, [[0, 1, 2, 3].filter(k, 2 * k < size(h)).map(k, '0123456789abcdef'.indexOf(h.charAt(2 * k)) * 16 + '0123456789abcdef'.indexOf(h.charAt(2 * k + 1)))].map(b, [size(b) == 1 ? b[0] : size(b) == 2 ? (b[0] - 192) * 64 + b[1] - 128 : size(b) == 3 ? (b[0] - 224) * 4096 + (b[1] - 128) * 64 + b[2] - 128 : (b[0] - 240) * 262144 + (b[1] - 128) * 4096 + (b[2] - 128) * 64 + b[3] - 128].map(p, 'spec.requester.username must not contain invisible, bidirectional or control characters: it has U+' + (p >= 1048576 ? ['0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'A', 'B', 'C', 'D', 'E', 'F'][p / 1048576 % 16] : '') + (p >= 65536 ? ['0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'A', 'B', 'C', 'D', 'E', 'F'][p / 65536 % 16] : '') + ['0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'A', 'B', 'C', 'D', 'E', 'F'][p / 4096 % 16] + ['0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'A', 'B', 'C', 'D', 'E', 'F'][p / 256 % 16] + ['0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'A', 'B', 'C', 'D', 'E', 'F'][p / 16 % 16] + ['0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'A', 'B', 'C', 'D', 'E', 'F'][p % 16] + ' at character ' + i + '; write it without that character')[0])[0])[0])[0])[0]`,message="spec.requester.username must not contain invisible, bidirectional or control characters (zero-width spaces, bidirectional marks and overrides, line separators, newlines, tabs)"
 	Username string `json:"username,omitempty"`
 	// PodName and PodUID name the pod a service account's pod-bound token
 	// came from, when it did.
@@ -310,7 +326,19 @@ type Requester struct {
 	// only. Empty for every other identity.
 	// +optional
 	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:XValidation:rule=`!self.matches(r'[\p{Cc}\p{Cf}\p{Zl}\p{Zp}\x{034F}\x{115F}\x{1160}\x{17B4}\x{17B5}\x{3164}\x{FFA0}]')`,messageExpression=`[self.find(r'[\p{Cc}\p{Cf}\p{Zl}\p{Zp}\x{034F}\x{115F}\x{1160}\x{17B4}\x{17B5}\x{3164}\x{FFA0}]')].map(c, [string(self.indexOf(c) + 1)].map(i, ['%x'.format([bytes(c)])].map(h, [[0, 1, 2, 3].filter(k, 2 * k < size(h)).map(k, '0123456789abcdef'.indexOf(h.charAt(2 * k)) * 16 + '0123456789abcdef'.indexOf(h.charAt(2 * k + 1)))].map(b, [size(b) == 1 ? b[0] : size(b) == 2 ? (b[0] - 192) * 64 + b[1] - 128 : size(b) == 3 ? (b[0] - 224) * 4096 + (b[1] - 128) * 64 + b[2] - 128 : (b[0] - 240) * 262144 + (b[1] - 128) * 4096 + (b[2] - 128) * 64 + b[3] - 128].map(p, 'spec.requester.repository must not contain invisible, bidirectional or control characters: it has U+' + (p >= 1048576 ? ['0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'A', 'B', 'C', 'D', 'E', 'F'][p / 1048576 % 16] : '') + (p >= 65536 ? ['0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'A', 'B', 'C', 'D', 'E', 'F'][p / 65536 % 16] : '') + ['0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'A', 'B', 'C', 'D', 'E', 'F'][p / 4096 % 16] + ['0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'A', 'B', 'C', 'D', 'E', 'F'][p / 256 % 16] + ['0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'A', 'B', 'C', 'D', 'E', 'F'][p / 16 % 16] + ['0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'A', 'B', 'C', 'D', 'E', 'F'][p % 16] + ' at character ' + i + '; write it without that character')[0])[0])[0])[0])[0]`,message="spec.requester.repository must not contain invisible, bidirectional or control characters (zero-width spaces, bidirectional marks and overrides, line separators, newlines, tabs)"
 	Repository string `json:"repository,omitempty"`
+	// Workflow is the workflow that the requester's CI identity's token
+	// names, when the authenticator maps one into the user's extra
+	// buildlock.io/workflow (WorkflowExtra): GitHub's workflow_ref without
+	// its @ref, e.g. acme/shop/.github/workflows/deploy.yml. The
+	// claim-identity policy refuses a claim of such an identity whose
+	// spec.workflow is another, so the claim's workflow is verified: its
+	// build numbers are its own. Empty for every other identity.
+	// +optional
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:XValidation:rule=`!self.matches(r'[\p{Cc}\p{Cf}\p{Zl}\p{Zp}\x{034F}\x{115F}\x{1160}\x{17B4}\x{17B5}\x{3164}\x{FFA0}]')`,messageExpression=`[self.find(r'[\p{Cc}\p{Cf}\p{Zl}\p{Zp}\x{034F}\x{115F}\x{1160}\x{17B4}\x{17B5}\x{3164}\x{FFA0}]')].map(c, [string(self.indexOf(c) + 1)].map(i, ['%x'.format([bytes(c)])].map(h, [[0, 1, 2, 3].filter(k, 2 * k < size(h)).map(k, '0123456789abcdef'.indexOf(h.charAt(2 * k)) * 16 + '0123456789abcdef'.indexOf(h.charAt(2 * k + 1)))].map(b, [size(b) == 1 ? b[0] : size(b) == 2 ? (b[0] - 192) * 64 + b[1] - 128 : size(b) == 3 ? (b[0] - 224) * 4096 + (b[1] - 128) * 64 + b[2] - 128 : (b[0] - 240) * 262144 + (b[1] - 128) * 4096 + (b[2] - 128) * 64 + b[3] - 128].map(p, 'spec.requester.workflow must not contain invisible, bidirectional or control characters: it has U+' + (p >= 1048576 ? ['0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'A', 'B', 'C', 'D', 'E', 'F'][p / 1048576 % 16] : '') + (p >= 65536 ? ['0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'A', 'B', 'C', 'D', 'E', 'F'][p / 65536 % 16] : '') + ['0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'A', 'B', 'C', 'D', 'E', 'F'][p / 4096 % 16] + ['0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'A', 'B', 'C', 'D', 'E', 'F'][p / 256 % 16] + ['0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'A', 'B', 'C', 'D', 'E', 'F'][p / 16 % 16] + ['0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'A', 'B', 'C', 'D', 'E', 'F'][p % 16] + ' at character ' + i + '; write it without that character')[0])[0])[0])[0])[0]`,message="spec.requester.workflow must not contain invisible, bidirectional or control characters (zero-width spaces, bidirectional marks and overrides, line separators, newlines, tabs)"
+	Workflow string `json:"workflow,omitempty"`
 	// Run is the CI run that the requester's CI identity's token was issued
 	// to, when the authenticator maps one into the user's extra
 	// buildlock.io/run (RunExtra): GitHub's run id and attempt, GitLab's job

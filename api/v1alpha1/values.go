@@ -1,6 +1,11 @@
 package v1alpha1
 
-import "time"
+import (
+	"fmt"
+	"regexp"
+	"time"
+	"unicode/utf8"
+)
 
 // The API's defaults, bounds and patterns, in one place. The CRD markers on
 // the types repeat the patterns and bounds literally (controller-gen reads
@@ -72,11 +77,9 @@ const (
 	// PodUIDPattern is a UUID, as Kubernetes assigns pod UIDs.
 	PodUIDPattern = `^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`
 	// BranchForbiddenChars is the character class (without brackets) that
-	// spec.branch refuses: control characters (C0, DEL, C1) and the Unicode
-	// bidirectional overrides, which would let a branch name rewrite what
-	// `kubectl get` and the plugin print. Git refuses the ASCII ones in ref
-	// names too.
-	BranchForbiddenChars = `\x{0000}-\x{001f}\x{007f}-\x{009f}\x{202a}-\x{202e}\x{2066}-\x{2069}`
+	// spec.branch, spec.workflow and every other free text that names a
+	// line or gives a person's reason refuse (TextForbiddenChars).
+	BranchForbiddenChars = TextForbiddenChars
 	// BranchPattern is what spec.branch accepts.
 	BranchPattern = `^[^` + BranchForbiddenChars + `]+$`
 	// TimePattern is an RFC 3339 date-time with an upper-case T and Z and an
@@ -95,6 +98,92 @@ const (
 	// MaxCIRunLength bounds spec.requester.run.
 	MaxCIRunLength = 128
 )
+
+// TextForbiddenChars is the character class (without brackets, RE2 as Go
+// and the API server's CEL read it) that free text naming a line or a
+// person's reason refuses: control characters (Cc: newlines, tabs, escape
+// sequences); invisible formatting characters (Cf: zero-width spaces and
+// joiners, U+FEFF, the bidirectional marks U+200E, U+200F and U+061C, and
+// the embeddings, overrides and isolates); line and paragraph separators
+// (Zl, Zp); and the letters that render as nothing (U+034F, U+115F,
+// U+1160, U+17B4, U+17B5, U+3164, U+FFA0). Each would let two names that
+// read the same be two lines, or a text rewrite what kubectl and the
+// plugin print: "ma\u200bin" is not "main".
+const TextForbiddenChars = `\p{Cc}\p{Cf}\p{Zl}\p{Zp}\x{034F}\x{115F}\x{1160}\x{17B4}\x{17B5}\x{3164}\x{FFA0}`
+
+// TextRule is the CEL rule of every such field of the CRDs (their markers
+// repeat it literally; a test keeps them equal): it refuses
+// TextForbiddenChars.
+const TextRule = `!self.matches(r'[` + TextForbiddenChars + `]')`
+
+// TextMessageExpression is the CEL messageExpression that goes with
+// TextRule on field (for example "spec.branch"): it names the first
+// refused character by its code point and says where it is, as TextError
+// does. CEL has no way to name a code point but its UTF-8 bytes, which
+// the expression decodes.
+func TextMessageExpression(field string) string {
+	return textMessageExpression("self", field)
+}
+
+// TextAnnotations are the annotations of a BuildLock that carry a person's
+// or a pipeline's text: the buildlock-text admission policy refuses
+// TextForbiddenChars in them (config/identity/text.yaml).
+var TextAnnotations = []string{ForceReleaseAnnotation, OverrideAnnotation, RunIDAnnotation}
+
+// TextAnnotationRule and TextAnnotationMessageExpression are the
+// validation of the buildlock-text admission policy for annotation key, as
+// TextRule and TextMessageExpression are for a field (its variable
+// annotations is the object's annotations, or none).
+func TextAnnotationRule(key string) string {
+	return `!('` + key + `' in variables.annotations) || !variables.annotations['` + key + `'].matches(r'[` + TextForbiddenChars + `]')`
+}
+
+// TextAnnotationMessageExpression is the message of TextAnnotationRule(key).
+func TextAnnotationMessageExpression(key string) string {
+	return textMessageExpression(`variables.annotations['`+key+`']`, "annotation "+key)
+}
+
+// textMessageExpression is TextMessageExpression for the string subject.
+func textMessageExpression(subject, field string) string {
+	// (charAt and string() of a number would make the cost estimate
+	// unbounded; indexing a list of literals does not.)
+	digit := func(n string) string {
+		return `['0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'A', 'B', 'C', 'D', 'E', 'F'][` + n + ` % 16]`
+	}
+	return `[` + subject + `.find(r'[` + TextForbiddenChars + `]')].map(c, [string(` + subject + `.indexOf(c) + 1)].map(i, ` +
+		`['%x'.format([bytes(c)])].map(h, [[0, 1, 2, 3].filter(k, 2 * k < size(h)).map(k, ` +
+		`'0123456789abcdef'.indexOf(h.charAt(2 * k)) * 16 + '0123456789abcdef'.indexOf(h.charAt(2 * k + 1)))].map(b, ` +
+		`[size(b) == 1 ? b[0] : size(b) == 2 ? (b[0] - 192) * 64 + b[1] - 128 : size(b) == 3 ? ` +
+		`(b[0] - 224) * 4096 + (b[1] - 128) * 64 + b[2] - 128 : ` +
+		`(b[0] - 240) * 262144 + (b[1] - 128) * 4096 + (b[2] - 128) * 64 + b[3] - 128].map(p, '` + field + ` must not ` +
+		`contain invisible, bidirectional or control characters: it has U+' + ` +
+		`(p >= 1048576 ? ` + digit("p / 1048576") + ` : '') + (p >= 65536 ? ` + digit("p / 65536") + ` : '') + ` +
+		digit("p / 4096") + ` + ` + digit("p / 256") + ` + ` + digit("p / 16") + ` + ` + digit("p") + ` + ` +
+		`' at character ' + i + '; write it without that character')[0])[0])[0])[0])[0]`
+}
+
+// TextMessage is the fallback message of TextRule on field, for an API
+// server that cannot evaluate TextMessageExpression.
+func TextMessage(field string) string {
+	return field + " must not contain invisible, bidirectional or control characters (zero-width spaces, " +
+		"bidirectional marks and overrides, line separators, newlines, tabs)"
+}
+
+// textForbidden matches one character of TextForbiddenChars.
+var textForbidden = regexp.MustCompile(`[` + TextForbiddenChars + `]`)
+
+// TextError returns the error the API server gives for field's value s
+// (see TextRule and TextMessageExpression), or nil when s has no refused
+// character: clients (the plugin) refuse such text with the same words.
+func TextError(field, s string) error {
+	loc := textForbidden.FindStringIndex(s)
+	if loc == nil {
+		return nil
+	}
+	r, _ := utf8.DecodeRuneInString(s[loc[0]:])
+	return fmt.Errorf("%s must not contain invisible, bidirectional or control characters: it has U+%04X at character %d; "+
+		"write it without that character", field, r, utf8.RuneCountInString(s[:loc[0]])+1)
+}
 
 // TargetField is the field selector of a BuildLock's spec.target, a
 // selectable field of the CRD: a lock's claims are listed with it, from the
@@ -143,6 +232,16 @@ const (
 // Nobody but the authenticator (or whoever may impersonate the extra) can
 // set it.
 const RepositoryExtra = "buildlock.io/repository"
+
+// WorkflowExtra is the key of the user extra that names a CI identity's
+// workflow: the authenticator maps it from the token (GitHub's
+// workflow_ref without its @ref, the file that numbers GITHUB_RUN_NUMBER).
+// The requester policy stamps it into spec.requester.workflow, and the
+// claim-identity policy refuses a claim of such an identity whose
+// spec.workflow is another: a workflow the API server verified (see
+// docs/api.md, "Lines and identities"). A claim's workflow that nothing
+// verified is free text, and judged by its branch's line without one too.
+const WorkflowExtra = "buildlock.io/workflow"
 
 // RunExtra is the key of the user extra that names a CI identity's run:
 // the authenticator maps it from the token (GitHub's run_id and

@@ -100,6 +100,65 @@ func TestValuesAreTheCRDs(t *testing.T) {
 		strings.Contains(maxHold, "duration('"+durationText(buildlockv1.MaxMaxHold)+"')"), true)
 }
 
+// TestEveryFreeTextRefusesLookAlikes keeps the CRDs' free texts that name a
+// line or give a reason (issue 31) under TextRule, with the message of
+// TextMessageExpression: the markers repeat them literally.
+func TestEveryFreeTextRefusesLookAlikes(t *testing.T) {
+	spec := readSchema(t, "buildlock.io_buildlocks.yaml").Properties["spec"].Properties
+	windows := readSchema(t, "buildlock.io_buildlockpolicies.yaml").Properties["spec"].Properties["windows"].Items.Schema.Properties
+	for field, p := range map[string]apiextensionsv1.JSONSchemaProps{
+		"spec.branch":               spec["branch"],
+		"spec.workflow":             spec["workflow"],
+		"spec.rollback.reason":      spec["rollback"].Properties["reason"],
+		"spec.requester.username":   spec["requester"].Properties["username"],
+		"spec.requester.repository": spec["requester"].Properties["repository"],
+		"spec.requester.workflow":   spec["requester"].Properties["workflow"],
+		"a window reason":           windows["reason"],
+		"frozenBy":                  windows["frozenBy"],
+	} {
+		found := false
+		for _, r := range p.XValidations {
+			if r.Rule == buildlockv1.TextRule {
+				found = true
+				if r.MessageExpression != buildlockv1.TextMessageExpression(field) || r.Message != buildlockv1.TextMessage(field) {
+					t.Errorf("%s: the rule's message is not TextMessageExpression(%q): %q", field, field, r.MessageExpression)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("%s has no rule %s: %s", field, buildlockv1.TextRule, rules(p))
+		}
+	}
+}
+
+func TestTextError(t *testing.T) {
+	for text, want := range map[string]string{
+		"main":                "",
+		"feature/übersetzung": "",
+		"hotfix 🚀":            "",
+		"ma\u200bin":          "spec.branch must not contain invisible, bidirectional or control characters: it has U+200B at character 3; write it without that character",
+		"\ufeffmain":          "it has U+FEFF at character 1;",
+		"übersetzung\u200e":   "it has U+200E at character 12;",
+		"ma\u061cin":          "it has U+061C at character 3;",
+		"main\u2028":          "it has U+2028 at character 5;",
+		"ma\tin":              "it has U+0009 at character 3;",
+		"ma\u3164in":          "it has U+3164 at character 3;",
+		"main\U000e0041":      "it has U+E0041 at character 5;",
+		"a\u200bb\u202ec":     "it has U+200B at character 2;",
+	} {
+		err := buildlockv1.TextError("spec.branch", text)
+		switch {
+		case want == "" && err != nil:
+			t.Errorf("%q refused: %v", text, err)
+		case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+			t.Errorf("%q: %v, want %q", text, err, want)
+		}
+		if ok := regexp.MustCompile(buildlockv1.BranchPattern).MatchString(text); ok != (want == "") {
+			t.Errorf("%q: BranchPattern matches %v", text, ok)
+		}
+	}
+}
+
 // TestTargetFieldIsSelectable keeps TargetField a selectable field of the
 // generated CRD, so that a list by it works against the API server.
 func TestTargetFieldIsSelectable(t *testing.T) {
@@ -181,6 +240,34 @@ func TestPatternsCompile(t *testing.T) {
 			if re.MatchString(s) != want {
 				t.Errorf("%q matching %q: got %v, want %v", pattern, s, !want, want)
 			}
+		}
+	}
+}
+
+// TestTheTextPolicyIsTheAPIs keeps config/identity/text.yaml's
+// validations equal to TextAnnotationRule and
+// TextAnnotationMessageExpression, one for each of TextAnnotations.
+func TestTheTextPolicyIsTheAPIs(t *testing.T) {
+	b, err := os.ReadFile("../../config/identity/text.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _, _ := strings.Cut(string(b), "\n---\n")
+	var vap struct {
+		Spec struct {
+			Validations []struct{ Expression, MessageExpression string }
+		}
+	}
+	if err := yaml.Unmarshal([]byte(first), &vap); err != nil {
+		t.Fatal(err)
+	}
+	if len(vap.Spec.Validations) != len(buildlockv1.TextAnnotations) {
+		t.Fatalf("%d validations for %d annotations", len(vap.Spec.Validations), len(buildlockv1.TextAnnotations))
+	}
+	for k, key := range buildlockv1.TextAnnotations {
+		v := vap.Spec.Validations[k]
+		if v.Expression != buildlockv1.TextAnnotationRule(key) || v.MessageExpression != buildlockv1.TextAnnotationMessageExpression(key) {
+			t.Errorf("the validation of %s is not the API's: %+v", key, v)
 		}
 	}
 }

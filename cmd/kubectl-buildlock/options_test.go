@@ -184,6 +184,12 @@ func TestParseAcquireErrors(t *testing.T) {
 		"a run id with a newline":       {args: []string{"--target=t", "--run-id", "a\nb"}, env: githubEnv, wantErr: "without control characters"},
 		"a pod UID that is not a UID":   {args: []string{"--target=t", "--pod=p", "--pod-uid=abc"}, env: githubEnv, wantErr: `pod UID "abc"`},
 		"a branch with escape sequence": {args: []string{"--target=t", "--branch", "main\x1b[2J"}, env: githubEnv, wantErr: "control characters"},
+		// Issue 31: look-alike text is refused before the API server does,
+		// in its words.
+		"a branch that reads like main": {args: []string{"--target=t", "--branch", "ma\u200bin"}, env: githubEnv,
+			wantErr: "spec.branch must not contain invisible, bidirectional or control characters: it has U+200B at character 3; write it without that character"},
+		"a workflow with a bidi mark": {args: []string{"--target=t", "--workflow", "deploy\u200e.yml"}, env: githubEnv,
+			wantErr: "spec.workflow must not contain invisible, bidirectional or control characters: it has U+200E at character 7"},
 		"a grace period the claim's expiry cannot cover": {args: []string{"--target=t", "--expires-after=30s", "--grace-period=15s", "--", "deploy"},
 			env: githubEnv, wantErr: "--grace-period 15s must be less than half of --expires-after 30s"},
 	}

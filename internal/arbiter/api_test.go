@@ -27,6 +27,7 @@ func TestReasonsAndPhasesAreTheAPIs(t *testing.T) {
 		{arbiter.ReasonBuildJumpTooLarge, buildlockv1.ReasonBuildJumpTooLarge},
 		{arbiter.ReasonFrozen, buildlockv1.ReasonFrozen},
 		{arbiter.ReasonFreezeStarted, buildlockv1.ReasonFreezeStarted},
+		{arbiter.ReasonLineMemoryFull, buildlockv1.ReasonLineMemoryFull},
 		{string(arbiter.Pending), string(buildlockv1.PhasePending)},
 		{string(arbiter.Waiting), string(buildlockv1.PhaseWaiting)},
 		{string(arbiter.Held), string(buildlockv1.PhaseHeld)},

@@ -25,6 +25,7 @@ const (
 	ReasonRollbackNotAllowed     = "RollbackNotAllowed"
 	ReasonFrozen                 = "Frozen"
 	ReasonFreezeStarted          = "FreezeStarted"
+	ReasonLineMemoryFull         = "LineMemoryFull"
 )
 
 // Values the arbiter shares with the API (api/v1alpha1); a test keeps them
@@ -134,8 +135,13 @@ type decider struct {
 	// holder is).
 	ahead []int
 
-	// memory is the line memory rule 3 judged by (rememberedLines).
-	memory map[line]*LineRecord
+	// memory is the line memory rule 3 judged by (rememberedLines), and
+	// branches what it says across the lines of each branch.
+	memory   map[line]*LineRecord
+	branches map[branch]*branchMemory
+	// budget is the line memory's budgets before this decision's grant
+	// (lineBudget), built when first needed (roomFor).
+	budget *lineBudget
 
 	repair     string // what rule 11 restored of the input record ("" if nothing)
 	granted    int    // the claim the (restored) grant names, or none.
@@ -323,14 +329,11 @@ type line struct{ repo, branch, workflow string }
 func lineOf(c Claim) line { return line{c.Repo, c.Branch, c.Workflow} }
 
 // supersedeBackwards applies rule 3: a rollback its policy does not allow
-// is Superseded; so is a candidate of the live holder's build of its line,
-// or below it, and a candidate below the highest build of its line that the
-// grant record remembers holding since the line's last rollback (at it, when
-// the policy refuses re-runs), unless it is a rollback; so is one whose line
-// another service account owns, and one that jumps too far above its line's
-// memory. It returns the others.
+// is Superseded; so is a candidate that the live holder's build refuses
+// (behind it on a line the candidate is judged on), and one that the line
+// memory refuses (memoryRefusal). It returns the others.
 func (d *decider) supersedeBackwards(candidates []int) []int {
-	d.memory = d.rememberedLines()
+	d.memory, d.branches = d.rememberedLines()
 	out := candidates[:0:0]
 	for _, i := range candidates {
 		c := d.claims[i]
@@ -338,24 +341,11 @@ func (d *decider) supersedeBackwards(candidates []int) []int {
 			d.verdicts[i].Phase, d.verdicts[i].Reason = Superseded, ReasonRollbackNotAllowed
 			continue
 		}
-		if h := d.liveHolder; h != none && lineOf(*d.claims[h]) == lineOf(*c) && behind(c, d.claims[h].Build) {
+		if h := d.liveHolder; h != none && judgedOn(c, lineOf(*d.claims[h])) && behind(c, d.claims[h].Build) {
 			d.supersede(i, h, inLineReason(c.Build, d.claims[h].Build))
 			continue
 		}
-		r, remembered := d.memory[lineOf(*c)]
-		reason := ""
-		switch {
-		case !remembered:
-		case !c.Rollback && c.Build < r.Build:
-			reason = ReasonSupersededByNewerBuild
-		case !c.Rollback && c.Build == r.Build && d.policy.RefuseReruns:
-			reason = ReasonDuplicateBuild
-		case ownedByOther(r, c):
-			reason = ReasonLineOwnedByOther
-		case !isPerson(c) && c.Build-r.Build > d.maxBuildJump():
-			reason = ReasonBuildJumpTooLarge
-		}
-		if reason != "" {
+		if reason, r := d.memoryRefusal(i); reason != "" {
 			d.verdicts[i].Phase, d.verdicts[i].Reason = Superseded, reason
 			d.byMemory[i] = r
 			continue
@@ -363,6 +353,65 @@ func (d *decider) supersedeBackwards(candidates []int) []int {
 		out = append(out, i)
 	}
 	return out
+}
+
+// memoryRefusal is why the line memory refuses claim i (rule 3), and the
+// record that does, or "": the record of its line, or, for a claim whose
+// workflow nothing verified, that of its branch's line without a workflow,
+// has a higher build, or the same one where the policy refuses re-runs;
+// a build of another line of its branch that started after it held since
+// the branch's last rollback; its branch's latest grant went to another
+// pipeline; or, unless it is a person's, its build jumps too far above its
+// line's. Rollbacks the policy allows are exempt from the first two.
+func (d *decider) memoryRefusal(i int) (string, *LineRecord) {
+	c := d.claims[i]
+	own := d.memory[lineOf(*c)]
+	if reason := d.backwards(c, own); reason != "" {
+		return reason, own
+	}
+	if unverifiedWorkflow(c) {
+		if r := d.memory[branchLine(c)]; d.backwards(c, r) != "" {
+			return d.backwards(c, r), r
+		}
+	}
+	if b := d.branches[branchOfClaim(c)]; b != nil {
+		if r := b.startedAfter(lineOf(*c), d.orderTime[i]); r != nil && !c.Rollback {
+			return ReasonSupersededByNewerBuild, r
+		}
+		if ownedByOther(b.latest, c) {
+			return ReasonLineOwnedByOther, b.latest
+		}
+	}
+	if own != nil && !isPerson(c) && c.Build-own.Build > d.maxBuildJump() {
+		return ReasonBuildJumpTooLarge, own
+	}
+	return "", nil
+}
+
+// backwards is why record r (nil: none) refuses claim c as going
+// backwards on r's line, or "": a higher build (SupersededByNewerBuild),
+// or the same one where the policy refuses re-runs (DuplicateBuild). A
+// rollback never goes backwards.
+func (d *decider) backwards(c *Claim, r *LineRecord) string {
+	switch {
+	case r == nil || c.Rollback:
+	case c.Build < r.Build:
+		return ReasonSupersededByNewerBuild
+	case c.Build == r.Build && d.policy.RefuseReruns:
+		return ReasonDuplicateBuild
+	}
+	return ""
+}
+
+// unverifiedWorkflow reports whether claim c names a workflow that nothing
+// verified.
+func unverifiedWorkflow(c *Claim) bool { return c.Workflow != "" && !c.WorkflowVerified }
+
+// judgedOn reports whether claim c is judged by the build numbers of line
+// l (rule 3): l is c's own line, or c's workflow is not verified and l is
+// its branch's line without one.
+func judgedOn(c *Claim, l line) bool {
+	return l == lineOf(*c) || (l.workflow == "" && unverifiedWorkflow(c) && l == branchLine(c))
 }
 
 // behind reports whether claim c must give way to a build of its line that
@@ -386,11 +435,11 @@ func (d *decider) mayRollBack(c *Claim) bool {
 	return true
 }
 
-// ownedByOther reports whether line record r binds its line to a pipeline
-// other than claim c's: c's identity is a pipeline too, and another one
-// holds the line.
+// ownedByOther reports whether record r, of the latest grant of c's
+// branch, binds the branch to a pipeline other than claim c's: c's
+// identity is a pipeline too, and another one held the branch last.
 func ownedByOther(r *LineRecord, c *Claim) bool {
-	return IsPipeline(r.Owner, r.OwnerCI) && IsPipeline(c.Identity, c.CIIdentity) && r.Owner != c.Identity
+	return r != nil && IsPipeline(r.Owner, r.OwnerCI) && IsPipeline(c.Identity, c.CIIdentity) && r.Owner != c.Identity
 }
 
 // isPerson reports whether claim c was created by a verified identity that
@@ -590,23 +639,22 @@ func (d *decider) sortByPlace(idx []int) {
 // grantAndQueue applies rule 6 to the ranked survivors: without a live
 // holder the first is granted the lock; then NewestWins keeps one waiting
 // claim and supersedes the rest by it, while Queue and Fifo queue them all.
-// While the target is frozen (rule 12) the first ranked survivor whose
-// override is in effect is granted instead, if any, and the others wait
-// with reason Frozen, but for those with an override in effect, which go
-// through the freeze when their turn comes.
+// A claim whose build the line memory would not remember (roomFor) is not
+// granted: the next is, and it waits with reason LineMemoryFull. While the
+// target is frozen (rule 12) the first ranked survivor whose override is
+// in effect is granted instead, if any, and the others wait with reason
+// Frozen, but for those with an override in effect, which go through the
+// freeze when their turn comes.
 func (d *decider) grantAndQueue(ranked []int) {
 	frozen := d.policy.Freeze.Frozen
 	if d.liveHolder == none && len(ranked) > 0 {
-		next := 0
-		if frozen {
-			next = slices.IndexFunc(ranked, func(i int) bool { return d.claims[i].Override.InEffect(d.now) })
-		}
-		if next >= 0 {
+		if next := d.nextGrant(ranked); next >= 0 {
 			d.newHolder = ranked[next]
+			d.budget = d.grantedBudget(d.claims[d.newHolder])
 			d.verdicts[d.newHolder].Phase = Held
 			d.verdicts[d.newHolder].Reason = ReasonAcquired
 			rest := append(slices.Clip(ranked[:next]), ranked[next+1:]...)
-			ranked = d.bindLine(d.newHolder, d.supersedeBelow(d.newHolder, rest))
+			ranked = d.judgeBehind(d.newHolder, rest)
 		}
 	}
 	if len(ranked) == 0 {
@@ -615,6 +663,11 @@ func (d *decider) grantAndQueue(ranked []int) {
 	reason := ReasonQueued
 	if d.policy.Ordering != Queue && d.policy.Ordering != Fifo {
 		reason = ReasonWaitingForHolder
+		if d.newHolder != none {
+			// The new holder may have superseded one of the two ranked
+			// first: the newest of the others takes the slot.
+			d.takeSlot(ranked)
+		}
 		for _, i := range ranked[1:] {
 			d.supersede(i, ranked[0], ReasonSupersededByNewerBuild)
 		}
@@ -624,7 +677,10 @@ func (d *decider) grantAndQueue(ranked []int) {
 	prev := none
 	for _, i := range ranked {
 		d.verdicts[i].Phase, d.verdicts[i].Reason = Waiting, reason
-		if frozen && !d.claims[i].Override.InEffect(d.now) {
+		switch {
+		case !d.roomFor(i):
+			d.verdicts[i].Reason = ReasonLineMemoryFull
+		case frozen && !d.claims[i].Override.InEffect(d.now):
 			d.verdicts[i].Reason = ReasonFrozen
 		}
 		d.verdicts[i].QueuedAt = d.place[i]
@@ -632,40 +688,67 @@ func (d *decider) grantAndQueue(ranked []int) {
 	}
 }
 
-// supersedeBelow applies rule 3 to the claims ranked around claim h, just
-// granted, as it will once h holds: a build of h's line at or below h's
-// (which only an override that jumps the queue of a freeze, with Fifo,
-// leaves ahead of it) would deploy backwards after it, and is Superseded
-// by h. It returns the others.
-func (d *decider) supersedeBelow(h int, ranked []int) []int {
-	held := d.claims[h]
-	out := ranked[:0]
-	for _, i := range ranked {
-		if c := d.claims[i]; lineOf(*c) == lineOf(*held) && c.Build <= held.Build {
-			d.supersede(i, h, inLineReason(c.Build, held.Build))
-			continue
+// takeSlot moves the newest of ranked (NewestWins survivors, ranked only
+// as far as the first two) to its front, with its place.
+func (d *decider) takeSlot(ranked []int) {
+	best := 0
+	for k := 1; k < len(ranked); k++ {
+		if d.compareNewer(ranked[k], ranked[best]) < 0 {
+			best = k
 		}
-		out = append(out, i)
 	}
-	return out
+	ranked[0], ranked[best] = ranked[best], ranked[0]
+	d.place[ranked[0]] = d.placeOf(ranked[0])
 }
 
-// bindLine applies rule 3 to the claims ranked behind claim h, granted in
-// this decision, as the grant's record of h's build will: a claim of h's
-// line (Fifo queues several) that h's line record would refuse (another
-// pipeline's, or a jump too far above h's build) is Superseded now,
-// so that the decision is a fixed point. It returns the others.
-func (d *decider) bindLine(h int, ranked []int) []int {
-	r := new(heldRecord(d.claims[h], d.now, d.maxToken()+1))
+// nextGrant returns the index in ranked of the claim to grant: the first
+// whose build the line memory would remember and, while the target is
+// frozen, whose override is in effect (with NewestWins, whose survivors
+// are ranked only as far as the first two, the newest such); -1 if none.
+func (d *decider) nextGrant(ranked []int) int {
+	eligible := func(i int) bool {
+		return (!d.policy.Freeze.Frozen || d.claims[i].Override.InEffect(d.now)) && d.roomFor(i)
+	}
+	if d.policy.Ordering == Queue || d.policy.Ordering == Fifo || eligible(ranked[0]) {
+		return slices.IndexFunc(ranked, eligible)
+	}
+	next := -1
+	for k, i := range ranked {
+		if eligible(i) && (next < 0 || d.compareNewer(i, ranked[next]) < 0) {
+			next = k
+		}
+	}
+	return next
+}
+
+// judgeBehind applies rule 3 to the claims ranked behind claim h, just
+// granted, as h's record will judge them once h holds, so that the
+// decision is a fixed point; it returns the others. Of h's branch: a claim
+// judged on h's line (judgedOn) at or below h's build would deploy
+// backwards after it (only an override that jumps the queue of a freeze,
+// with Fifo, leaves such a build ahead of h), and is Superseded by h; so
+// is one of another line whose build started before h's, unless it is a
+// rollback; and one of another pipeline than h's (LineOwnedByOther), or of
+// h's line and a jump too far above h's build (BuildJumpTooLarge, Fifo
+// queues several builds of one line), is refused by h's record.
+func (d *decider) judgeBehind(h int, ranked []int) []int {
+	held := d.claims[h]
+	r := new(heldRecord(held, d.now, d.maxToken()+1, d.orderTime[h]))
 	out := ranked[:0]
 	for _, i := range ranked {
 		c := d.claims[i]
 		reason := ""
 		switch {
-		case lineOf(*c) != lineOf(*d.claims[h]):
+		case branchOfClaim(c) != branchOfClaim(held):
+		case judgedOn(c, lineOf(*held)) && c.Build <= held.Build:
+			d.supersede(i, h, inLineReason(c.Build, held.Build))
+			continue
+		case lineOf(*c) != lineOf(*held) && !c.Rollback && d.orderTime[i].Before(d.orderTime[h]):
+			d.supersede(i, h, ReasonSupersededByNewerBuild)
+			continue
 		case ownedByOther(r, c):
 			reason = ReasonLineOwnedByOther
-		case !isPerson(c) && c.Build-r.Build > d.maxBuildJump():
+		case lineOf(*c) == lineOf(*held) && !isPerson(c) && c.Build-r.Build > d.maxBuildJump():
 			reason = ReasonBuildJumpTooLarge
 		}
 		if reason == "" {
@@ -744,6 +827,11 @@ func (d *decider) decision() Decision {
 		v.Overridden = d.policy.Freeze.Frozen && v.From != Held && d.claims[h].Override.Verified()
 	}
 	out.NextLook = earliest(out.NextLook, d.overrideChange())
+	if slices.ContainsFunc(d.queue, func(i int) bool { return d.verdicts[i].Reason == ReasonLineMemoryFull }) {
+		// A record that leaves the memory may make room for a line that
+		// waits for it.
+		out.NextLook = earliest(out.NextLook, d.memoryFrees())
+	}
 	if len(d.queue) > 0 {
 		out.Waiting = d.claims[d.queue[0]].Name
 	}

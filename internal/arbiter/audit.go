@@ -34,11 +34,15 @@ func (d *decider) audit(c *Claim, token int64) []AuditEntry {
 }
 
 // grantAudit is the entry of c's grant with token, if c is a rollback, or a
-// person's claim that rule 3 would have refused to a pipeline: on a line
-// another pipeline owns, or further above the line's memory
-// than Policy.MaxBuildJump.
+// person's claim that rule 3 would have refused to a pipeline: of a branch
+// another pipeline held last, or further above the line's memory than
+// Policy.MaxBuildJump.
 func (d *decider) grantAudit(c *Claim, token int64) (AuditEntry, bool) {
 	r, remembered := d.memory[lineOf(*c)]
+	var latest *LineRecord
+	if b := d.branches[branchOfClaim(c)]; b != nil {
+		latest = b.latest
+	}
 	switch {
 	case c.Rollback:
 		e := auditEntry(AuditRollback, c, token, d.now, c.Identity, c.RollbackReason)
@@ -46,12 +50,12 @@ func (d *decider) grantAudit(c *Claim, token int64) (AuditEntry, bool) {
 			e.From = r.Build
 		}
 		return e, true
-	case !isPerson(c) || !remembered:
-	case IsPipeline(r.Owner, r.OwnerCI) && r.Owner != c.Identity:
+	case !isPerson(c):
+	case latest != nil && IsPipeline(latest.Owner, latest.OwnerCI) && latest.Owner != c.Identity:
 		e := auditEntry(AuditOverride, c, token, d.now, c.Identity, ReasonLineOwnedByOther)
-		e.From, e.Owner = r.Build, r.Owner
+		e.From, e.Owner = latest.Build, latest.Owner
 		return e, true
-	case c.Build-r.Build > d.maxBuildJump():
+	case remembered && c.Build-r.Build > d.maxBuildJump():
 		e := auditEntry(AuditOverride, c, token, d.now, c.Identity, ReasonBuildJumpTooLarge)
 		e.From = r.Build
 		return e, true

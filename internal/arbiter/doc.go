@@ -69,38 +69,51 @@
 //     claim (deleted, or recreated with another UID) has no holder: the lock
 //     is free for this decision. Newer builds never take the lock from a
 //     live holder.
-//  3. Never backwards, and lines belong to identities. A line is
+//  3. Never backwards, and branches belong to identities. A line is
 //     Repo+Branch+Workflow (Workflow is what the CI system numbers builds
-//     in; claims without one are of the line of Repo and Branch). A rollback
+//     in; claims without one are of the line of Repo and Branch); its
+//     branch is Repo+Branch, whatever the workflow. A rollback
 //     (Claim.Rollback) that Policy.Rollbacks does not allow from its
 //     Identity is Superseded (RollbackNotAllowed): RollbacksPeopleOnly
 //     allows a verified Identity that is not a pipeline's only, so an
-//     unverified one fails closed. A Pending or Waiting claim left by rules
-//     1, 2 and 7 of the live holder's build of its line is Superseded by
-//     the holder (DuplicateBuild: two runs of one build never go at once),
-//     and one below it too (SupersededByNewerBuild), unless it is a
-//     rollback. Likewise, with no claim named, a claim that is not a
-//     rollback below the line's remembered build (SupersededByNewerBuild),
-//     or at it while Policy.RefuseReruns (DuplicateBuild): the highest build
-//     of the line granted within Policy.LineMemory since the line's last
-//     rollback, by the grant record (Grant.Lines; LineRecord.Since is that
-//     rollback) or by a claim (one whose status shows a token and an
-//     acquire time, or the one the grant names; a rollback's rolled its
-//     line back when granted). So a re-run of the build that held last (the
-//     same number, another claim) is granted like any build once the
-//     earlier run's claim has ended, unless a higher build of the line held
-//     since. A claim that is not refused so is Superseded, with no claim
-//     named, when the line's remembered build was granted to a pipeline
-//     (LineRecord.Owner; see IsPipeline: a service account or a CI
-//     identity) and the claim's Identity is another pipeline
-//     (LineOwnedByOther): a line belongs to the pipeline that holds it; or, unless its Identity
-//     is a person's, when its build is more than Policy.MaxBuildJump above
-//     the remembered one (BuildJumpTooLarge). A claim with no Identity
-//     (unverified) is bound by the jump only. A rollback is exempt from
-//     "never backwards" and from nothing else: the line's owner, the jump,
-//     one holder, no pre-emption and the ordering bind it as any claim. The
-//     others are candidates. Rule 6 applies the same to claims queued
-//     behind a new holder of their line (Fifo), as its record will.
+//     unverified one fails closed. A claim is judged by the builds of its
+//     own line and, when its Workflow is one nothing verified
+//     (Claim.WorkflowVerified), by those of its branch's line without a
+//     workflow too (judgedOn): naming a workflow never gets a build past
+//     what it would face without one. A Pending or Waiting claim left by
+//     rules 1, 2 and 7 of the live holder's build of a line it is judged on
+//     is Superseded by the holder (DuplicateBuild: two runs of one build
+//     never go at once), and one below it too (SupersededByNewerBuild),
+//     unless it is a rollback. Likewise, with no claim named, a claim that
+//     is not a rollback below the remembered build of a line it is judged
+//     on (SupersededByNewerBuild), or at it while Policy.RefuseReruns
+//     (DuplicateBuild): the highest build of the line granted within
+//     Policy.LineMemory since the line's last rollback, by the grant record
+//     (Grant.Lines; LineRecord.Since is that rollback) or by a claim (one
+//     whose status shows a token and an acquire time, or the one the grant
+//     names; a rollback's rolled its line back when granted). So a re-run
+//     of the build that held last (the same number, another claim) is
+//     granted like any build once the earlier run's claim has ended,
+//     unless a higher build of the line held since. A claim that is not a
+//     rollback is Superseded (SupersededByNewerBuild) when the remembered
+//     build of another line of its branch started after it
+//     (LineRecord.Started against its [Policy.OrderTime]), among those
+//     granted since the branch's last rollback (of any of its lines): a
+//     branch never deploys an older build after a newer one, whatever
+//     their workflows. A claim not refused so is Superseded, with no claim
+//     named, when its branch's latest grant (of any of its lines) went to
+//     a pipeline (LineRecord.Owner; see IsPipeline: a service account or a
+//     CI identity) and the claim's Identity is another pipeline
+//     (LineOwnedByOther): a branch belongs to the pipeline that held it
+//     last, and a person's hold frees it; or, unless its Identity is a
+//     person's, when its build is more than Policy.MaxBuildJump above its
+//     line's remembered one (BuildJumpTooLarge). A claim with no Identity
+//     (unverified) owns nothing and is bound by the rest. A rollback is
+//     exempt from "never backwards" (by number and by start) and from
+//     nothing else: the branch's owner, the jump, one holder, no
+//     pre-emption and the ordering bind it as any claim. The others are
+//     candidates. Rule 6 applies the same to claims ranked behind a new
+//     holder of their branch, as its record will.
 //  4. Newest of a line. With NewestWins and Queue, among the candidates of
 //     one line only the highest Build survives; lower builds are Superseded
 //     (SupersededByNewerBuild) by the survivor. Of equal builds the earliest
@@ -118,29 +131,37 @@
 //     place (QueuedAt; a claim without one joins at now), and claims that
 //     join in the same decision by [OrderTime], then Created, then identity.
 //  6. Hand-off. Without a live holder (the lock was free, or its holder
-//     ended in this very decision) the first ranked survivor is granted the
-//     lock at once (Held, Acquired). With NewestWins the next takes the
-//     single waiting slot (Waiting, WaitingForHolder) and every other is
-//     Superseded (SupersededByNewerBuild) by it; with Queue and Fifo all the
-//     others wait (Waiting, Queued) with their places. The grant's fencing
-//     token is one above the highest known: the grant's and every input
-//     claim's, terminal ones included, the grant's Floor (what the
-//     operator knows was issued besides) and its Reserved (the bound the
-//     namespace's token floor keeps of every token issued there), so that
-//     a token is never reused even if the grant record was lost. A freed lock keeps that highest
-//     token as its floor. The grant records the granted build in Lines
-//     (with the new holder's Identity as its Owner; a rollback's build
-//     replaces its line's record, whatever it was, and sets its Since), how
-//     the previous hold ended in Ended, and the new holder's Writer; and it
-//     appends to Audit what must outlive the claims: a hold that ended
-//     because a person force-released it, and a grant to a rollback, to a
-//     person's claim that rule 3 would have refused a pipeline, or through
-//     a freeze by an override (rule 12) (the last two are overrides),
-//     keeping the newest MaxAuditEntries. Lines keeps every line it
-//     had that still counts, raised to what the claims show; a line gets a
-//     new record only while the records stay within LineMemoryBytes, and
-//     their owner's within LineMemoryBytesPerOwner: no record is ever
-//     evicted to make room, so no claim can flush another line's memory.
+//     ended in this very decision) the first ranked survivor whose build
+//     the line memory would remember is granted the lock at once (Held,
+//     Acquired); with NewestWins, the newest such. A survivor whose line is
+//     new to the memory and does not fit its budgets is not granted: it
+//     waits (Waiting, LineMemoryFull) with its place until records leave
+//     the memory, since a build not remembered would let a lower build of
+//     its line deploy after it. With NewestWins the newest other survivor
+//     takes the single waiting slot (Waiting, WaitingForHolder) and every
+//     other is Superseded (SupersededByNewerBuild) by it; with Queue and
+//     Fifo all the others wait (Waiting, Queued) with their places. The
+//     grant's fencing token is one above the highest known: the grant's
+//     and every input claim's, terminal ones included, the grant's Floor
+//     (what the operator knows was issued besides) and its Reserved (the
+//     bound the namespace's token floor keeps of every token issued
+//     there), so that a token is never reused even if the grant record was
+//     lost. A freed lock keeps that highest token as its floor. The grant
+//     records the granted build in Lines (with the new holder's Identity as
+//     its Owner and its OrderTime as its Started; a rollback's build
+//     replaces its line's record, whatever it was, and sets its Since),
+//     how the previous hold ended in Ended, and the new holder's Writer;
+//     and it appends to Audit what must outlive the claims: a hold that
+//     ended because a person force-released it, and a grant to a rollback,
+//     to a person's claim that rule 3 would have refused a pipeline, or
+//     through a freeze by an override (rule 12) (the last two are
+//     overrides), keeping the newest MaxAuditEntries. Lines keeps every line
+//     it had that still counts, raised to what the claims show; a line gets
+//     a new record only while the records stay within LineMemoryBytes, and
+//     their owner's within LineMemoryBytesPerOwner (the grant's own record
+//     always, as it was granted for having room): no record is ever
+//     evicted to make room, so no claim can flush another line's memory,
+//     and every build granted is remembered.
 //  7. A waiter that dies leaves. A Pending or Waiting claim whose pod finished
 //     or is gone becomes Released with reason PodFinished or PodGone.
 //     A claim that a person force-released (Claim.ForceRelease) leaves too,
@@ -210,7 +231,7 @@
 // Decide restores the grant record (11) first; then it settles terminal
 // claims (8), the holder (2, 12), other claims shown Held (1) and waiters
 // that leave (7); then builds that would deploy backwards or on another's
-// line (3), then lines (4), then the ranking and the hand-off (5, 6, 12).
+// branch (3), then lines (4), then the ranking and the hand-off (5, 6, 12).
 //
 // Waiting and Pending claims have no expiry of their own: ExpiresAfter and
 // MaxHold bound a hold, and count from the grant.
@@ -238,6 +259,7 @@
 // earliest instant after now at which time alone would change the decision:
 // a holder's expiry or maximum hold, or its 80 % warning point, or, while
 // the target is frozen, when a waiting claim's override lapses or comes
-// into effect. The edges of the windows are the controller's to look for:
+// into effect, or, while a claim waits for room in the line memory, when
+// its first record leaves it. The edges of the windows are the controller's to look for:
 // Policy.Freeze is the state at now.
 package arbiter

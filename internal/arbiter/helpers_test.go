@@ -238,7 +238,46 @@ func genInput(ch chooser) input {
 	if in.grant.Absent && ch.intn(2) == 1 {
 		in.grant.Reserved = int64(ch.intn(40))
 	}
+	// Issue 31: workflows a CI token verified, records that know when
+	// their build started, and a line memory about full.
+	for k := range in.claims {
+		c := &in.claims[k]
+		c.WorkflowVerified = c.Workflow != "" && c.CIIdentity && ch.intn(2) == 1
+	}
+	for k := range in.grant.Lines {
+		if r := &in.grant.Lines[k]; ch.intn(2) == 1 {
+			r.Started = r.HeldAt.Add(-time.Duration(ch.intn(20)) * time.Minute)
+		}
+	}
+	if !in.grant.Absent && ch.intn(8) == 1 {
+		in.grant.Lines = append(in.grant.Lines, fullMemory(in.now, genIdentities[ch.intn(len(genIdentities))], 300*(1+ch.intn(3)))...)
+	}
 	return in
+}
+
+// fullMemory returns records of fake lines held by owner within the line
+// memory at now, filling its share of it (the whole, for no owner) but for
+// about slack bytes.
+func fullMemory(now time.Time, owner string, slack int) []LineRecord {
+	budget := LineMemoryBytes
+	if owner != "" {
+		budget = LineMemoryBytesPerOwner
+	}
+	var out []LineRecord
+	size := 0
+	// Long lines, then short ones into what is left.
+	for _, branch := range []string{strings.Repeat("b", 200), "b"} {
+		for k := 0; ; k++ {
+			r := LineRecord{Repo: fmt.Sprintf("fake/app-%04d", len(out)), Branch: branch, Build: 1,
+				HeldAt: now.Add(-time.Duration(len(out)) * time.Second), Owner: owner, OwnerCI: genCIIdentity(owner), Token: 1}
+			if size+r.Size() > budget-slack {
+				break
+			}
+			size += r.Size()
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // genRollbacks are the policies on rollbacks.
@@ -285,7 +324,7 @@ func genPipeline(identity string) bool { return IsPipeline(identity, genCIIdenti
 // give.
 var validReasons = map[Phase][]string{
 	Held:       {ReasonAcquired},
-	Waiting:    {ReasonWaitingForHolder, ReasonQueued, ReasonFrozen},
+	Waiting:    {ReasonWaitingForHolder, ReasonQueued, ReasonFrozen, ReasonLineMemoryFull},
 	Superseded: {ReasonSupersededByNewerBuild, ReasonDuplicateBuild, ReasonLineOwnedByOther, ReasonBuildJumpTooLarge, ReasonRollbackNotAllowed},
 	Released:   {ReasonPodFinished, ReasonPodGone, ReasonLockLost, ReasonForceReleased, ReasonDeleted, ReasonFreezeStarted},
 	Expired:    {ReasonExpired, ReasonMaxHoldExceeded},
@@ -375,18 +414,21 @@ func holdIsLive(c Claim, g Grant, now time.Time, p Policy) bool {
 
 // remembered returns the highest build of c's line that the grant record,
 // or the claims, remember holding at now since the line's last rollback (0
-// if none), and its owner: a claim held (at its acquire time) if its status
-// has a token and an acquire time, or (at the record's, which counts while
-// its hold goes on) if the record names it; a rollback's hold rolled its
-// line back when it was granted, and builds granted before no longer count.
-// Of equal builds the later grant is the line's (and of one instant, the
-// higher token, or without tokens the greater owner). Of rollbacks at one
-// instant, the one with the higher token is the line's last.
+// if none), and its owner (see rememberedRecord).
 func remembered(g Grant, claims []Claim, c Claim, now time.Time, p Policy) (int64, string) {
-	memory := p.LineMemory
-	if memory <= 0 {
-		memory = DefaultGrantRetention
+	if r, _ := rememberedRecord(g, claims, lineOf(c), now, p); r != nil {
+		return r.Build, r.Owner
 	}
+	return 0, ""
+}
+
+// heldRecords restates what the grant record and the claims remember: the
+// record's lines, and a record of each claim that held: at its acquire
+// time if its status has a token and an acquire time, or (at the record's,
+// which counts while its hold goes on) if the record names it; a
+// rollback's hold rolled its line back when it was granted. A record's
+// Started is its build's OrderTime.
+func heldRecords(g Grant, claims []Claim, now time.Time, p Policy) []LineRecord {
 	records := slices.Clone(g.Lines)
 	for i, h := range claims {
 		var heldAt time.Time
@@ -403,57 +445,132 @@ func remembered(g Grant, claims []Claim, c Claim, now time.Time, p Policy) (int6
 			continue
 		}
 		r := LineRecord{Repo: h.Repo, Branch: h.Branch, Workflow: h.Workflow, Build: h.Build, HeldAt: heldAt, Owner: h.Identity,
-			Token: token}
+			OwnerCI: h.CIIdentity, Token: token, Started: p.OrderTime(h)}
 		if h.Rollback {
 			r.Since = heldAt
 		}
 		records = append(records, r)
 	}
-	ofLine := func(r LineRecord) bool {
-		return r.Repo == c.Repo && r.Branch == c.Branch && r.Workflow == c.Workflow && now.Before(r.HeldAt.Add(memory))
+	return records
+}
+
+// lineRollback is a line's last rollback within the memory: when, and the
+// highest token of the grants at that instant since it.
+type lineRollback struct {
+	at    time.Time
+	token int64
+}
+
+// after reports whether record r, granted at or after now at the latest,
+// counts after rollback since: a build granted at the very instant of the
+// rollback is after it only with a token no lower (without tokens, only
+// records since it are), and a grant cannot have been after now.
+func (since lineRollback) after(r LineRecord, now time.Time) bool {
+	heldAt := r.HeldAt
+	if heldAt.After(now) {
+		heldAt = now
 	}
-	// The line's last rollback, never after now, and the highest token of
-	// the grants at its instant since it: of rollbacks at one instant, the
-	// higher token is the later.
-	var since time.Time
-	var sinceToken int64
+	if r.HeldAt.Equal(since.at) && r.Token > 0 && since.token > 0 {
+		return r.Token >= since.token
+	}
+	return since.at.IsZero() || heldAt.After(since.at) || heldAt.Equal(since.at) && r.Since.Equal(since.at)
+}
+
+// rememberedRecord returns the record of the highest build of line l that
+// the grant record, or the claims, remember holding at now since the
+// line's last rollback (nil if none), and that rollback. Of equal builds
+// the later grant is the line's (and of one instant, the higher token, or
+// without tokens the greater owner). Of rollbacks at one instant, the one
+// with the higher token is the line's last.
+func rememberedRecord(g Grant, claims []Claim, l line, now time.Time, p Policy) (*LineRecord, lineRollback) {
+	memory := p.LineMemory
+	if memory <= 0 {
+		memory = DefaultGrantRetention
+	}
+	records := heldRecords(g, claims, now, p)
+	ofLine := func(r LineRecord) bool {
+		return lineOf(Claim{Repo: r.Repo, Branch: r.Branch, Workflow: r.Workflow}) == l && now.Before(r.HeldAt.Add(memory))
+	}
+	var since lineRollback
 	for _, r := range records {
 		if !ofLine(r) || r.Since.IsZero() || r.Since.After(now) {
 			continue
 		}
-		if r.Since.After(since) {
-			since, sinceToken = r.Since, 0
+		if r.Since.After(since.at) {
+			since = lineRollback{at: r.Since}
 		}
-		if r.Since.Equal(since) && r.HeldAt.Equal(since) {
-			sinceToken = max(sinceToken, r.Token)
+		if r.Since.Equal(since.at) && r.HeldAt.Equal(since.at) {
+			since.token = max(since.token, r.Token)
 		}
-	}
-	// A build granted at the very instant of the rollback is after it only
-	// with a token no lower (without tokens, only records since it are),
-	// and a grant cannot have been after now.
-	after := func(r LineRecord) bool {
-		heldAt := r.HeldAt
-		if heldAt.After(now) {
-			heldAt = now
-		}
-		if r.HeldAt.Equal(since) && r.Token > 0 && sinceToken > 0 {
-			return r.Token >= sinceToken
-		}
-		return since.IsZero() || heldAt.After(since) || heldAt.Equal(since) && r.Since.Equal(since)
 	}
 	var best *LineRecord
 	for k, r := range records {
-		if !ofLine(r) || !after(r) {
+		if !ofLine(r) || !since.after(r, now) {
 			continue
 		}
 		if best == nil || r.Build > best.Build || r.Build == best.Build && laterGrantOfBuild(r, *best) {
 			best = &records[k]
 		}
 	}
-	if best == nil {
-		return 0, ""
+	return best, since
+}
+
+// branchJudges restates what rule 3 judges claim c by across the lines of
+// its branch: the record of the branch's latest grant (each line's
+// remembered record; the latest by grant time, token where both have
+// one, then line and owner), whose owner owns the branch; and the record
+// of another line whose build started after c's (OrderTime), among those
+// granted since the branch's last rollback (of any of its lines), if any.
+func branchJudges(g Grant, claims []Claim, c Claim, now time.Time, p Policy) (latest, startedLater *LineRecord) {
+	lines := map[line]bool{}
+	for _, r := range heldRecords(g, claims, now, p) {
+		if r.Repo == c.Repo && r.Branch == c.Branch {
+			lines[line{r.Repo, r.Branch, r.Workflow}] = true
+		}
 	}
-	return best.Build, best.Owner
+	var branchSince lineRollback
+	byLine := map[line]*LineRecord{}
+	for l := range lines {
+		r, since := rememberedRecord(g, claims, l, now, p)
+		if r == nil {
+			continue
+		}
+		byLine[l] = r
+		if since.at.After(branchSince.at) || since.at.Equal(branchSince.at) && since.token > branchSince.token {
+			branchSince = since
+		}
+		if latest == nil || laterRecord(*latest, *r, now) {
+			latest = r
+		}
+	}
+	for l, r := range byLine {
+		if l != lineOf(c) && !r.Started.IsZero() && branchSince.after(*r, now) && r.Started.After(p.OrderTime(c)) {
+			startedLater = r
+		}
+	}
+	return latest, startedLater
+}
+
+// laterRecord restates which of two records of a branch was granted
+// later at now: by time (one after now counts as now), at one instant by
+// token (none is the lowest), then by workflow (their repository and
+// branch are one) and owner.
+func laterRecord(old, r LineRecord, now time.Time) bool {
+	at := func(k LineRecord) time.Time {
+		if k.HeldAt.After(now) {
+			return now
+		}
+		return k.HeldAt
+	}
+	switch {
+	case !at(r).Equal(at(old)):
+		return at(r).After(at(old))
+	case r.Token != old.Token:
+		return r.Token > old.Token
+	case r.Workflow != old.Workflow:
+		return r.Workflow > old.Workflow
+	}
+	return r.Owner > old.Owner
 }
 
 // namedToken restates rule 11 for the token of the hold that record g
@@ -579,6 +696,13 @@ func checkInvariants(in input, d Decision) error {
 		if v.Phase == Waiting {
 			want := ReasonWaitingForHolder
 			switch {
+			case v.Reason == ReasonLineMemoryFull:
+				// Its line cannot be remembered: the memory, as the decision
+				// leaves it, has no room for it.
+				if !memoryFull(d.Grant, in.claims, c, in) {
+					fail("%s: waits for room in a memory that has it: %v", c.Name, d.Grant.Lines)
+				}
+				want = ReasonLineMemoryFull
 			case in.policy.Freeze.Frozen && !c.Override.InEffect(in.now):
 				want = ReasonFrozen
 			case queued:
@@ -635,7 +759,7 @@ func checkInvariants(in input, d Decision) error {
 	// override in effect (rule 12).
 	if d.Holder == "" {
 		for _, v := range d.Verdicts {
-			frozenOut := in.policy.Freeze.Frozen && v.Reason == ReasonFrozen
+			frozenOut := in.policy.Freeze.Frozen && v.Reason == ReasonFrozen || v.Reason == ReasonLineMemoryFull
 			if !v.Phase.IsTerminal() && !frozenOut {
 				fail("%s: %s (%s) on a free lock", v.Name, v.Phase, v.Reason)
 			}
@@ -717,9 +841,17 @@ func checkInvariants(in input, d Decision) error {
 			if rolledBack != "" && lineOf(c) == lineOf(in.claims[slices.IndexFunc(in.claims, func(c Claim) bool { return c.Name == rolledBack })]) {
 				continue
 			}
-			before, _ := remembered(restored, in.claims, c, in.now, in.policy)
-			if after, _ := remembered(d.Grant, nil, c, in.now, in.policy); after < before {
-				fail("the grant forgot build %d of %s@%s (remembers %d)", before, c.Repo, c.Branch, after)
+			before, since := rememberedRecord(restored, in.claims, lineOf(c), in.now, in.policy)
+			if before != nil {
+				r := *before
+				r.Since = since.at // as the record keeps it
+				before = &r
+			}
+			// (A build only the claims show is remembered while the memory
+			// has room for it.)
+			if after, _ := remembered(d.Grant, nil, c, in.now, in.policy); before != nil && after < before.Build &&
+				!wouldNotFit(d.Grant, nil, *before, in) {
+				fail("the grant forgot build %d of %s@%s (remembers %d)", before.Build, c.Repo, c.Branch, after)
 			}
 		}
 	}
@@ -790,43 +922,55 @@ func checkSupersessions(in input, d Decision, fail func(string, ...any)) {
 			continue
 		}
 		c, by := inputs[v.Name], inputs[v.SupersededBy]
-		r, owner := remembered(restored, in.claims, c, in.now, in.policy)
-		// A line's record refuses another pipeline's claim, and a
-		// jump too far above it: the record remembered, or the one the new
-		// hold writes.
+		r, _ := remembered(restored, in.claims, c, in.now, in.policy)
+		latest, startedLater := branchJudges(restored, in.claims, c, in.now, in.policy)
+		branchBuild := int64(0)
+		if unverifiedWorkflow(&c) {
+			branchBuild, _ = remembered(restored, in.claims, withoutWorkflow(c), in.now, in.policy)
+		}
+		// A line's record refuses a jump too far above it, and the record
+		// of its branch's latest grant another pipeline's claim: the
+		// record remembered, or the one the new hold writes.
 		jump := in.policy.MaxBuildJump
 		if jump <= 0 {
 			jump = DefaultMaxBuildJump
 		}
-		refuses := func(r int64, owner string) bool {
-			switch v.Reason {
-			case ReasonLineOwnedByOther:
-				return r > 0 && !refusedByMemory(in.policy, c, r) && genPipeline(owner) && genPipeline(c.Identity) && owner != c.Identity
-			case ReasonBuildJumpTooLarge:
-				return r > 0 && c.Build-r > jump && (c.Identity == "" || genPipeline(c.Identity))
-			}
-			return false
-		}
+		h := inputs[d.Holder]
+		sameBranch := newHold && h.Repo == c.Repo && h.Branch == c.Branch
 		switch {
 		case v.Reason == ReasonRollbackNotAllowed:
 			if v.SupersededBy != "" || !c.Rollback || mayRollBack(in.policy, c) {
 				fail("%s: refused as a rollback (rollback %v, identity %q) under rollbacks %q", c.Name, c.Rollback, c.Identity, in.policy.Rollbacks)
 			}
-		case v.Reason == ReasonLineOwnedByOther || v.Reason == ReasonBuildJumpTooLarge:
-			h := inputs[d.Holder]
-			byNewHold := newHold && lineOf(h) == lineOf(c) && refuses(h.Build, h.Identity)
-			if v.SupersededBy != "" || (!refuses(r, owner) && !byNewHold) {
-				fail("%s: build %d of %q refused (%s); the memory has build %d of %q", c.Name, c.Build, c.Identity, v.Reason, r, owner)
+		case v.Reason == ReasonLineOwnedByOther:
+			owns := func(owner string) bool { return genPipeline(owner) && genPipeline(c.Identity) && owner != c.Identity }
+			if explained := latest != nil && owns(latest.Owner) || sameBranch && owns(h.Identity); v.SupersededBy != "" || !explained {
+				fail("%s: refused as %q on its branch, whose latest grant is %+v", c.Name, c.Identity, latest)
+			}
+		case v.Reason == ReasonBuildJumpTooLarge:
+			jumps := func(r int64) bool { return r > 0 && c.Build-r > jump && (c.Identity == "" || genPipeline(c.Identity)) }
+			if explained := jumps(r) || newHold && lineOf(h) == lineOf(c) && jumps(h.Build); v.SupersededBy != "" || !explained {
+				fail("%s: build %d refused as a jump; the memory has build %d", c.Name, c.Build, r)
 			}
 		case v.SupersededBy == "":
-			if !refusedByMemory(in.policy, c, r) || (r == c.Build) != (v.Reason == ReasonDuplicateBuild) {
-				fail("%s: build %d (rollback %v) superseded by the grant record, which remembers build %d (%s, refuse re-runs %v)",
-					c.Name, c.Build, c.Rollback, r, v.Reason, in.policy.RefuseReruns)
+			byNumber := refusedByMemory(in.policy, c, r) && (r == c.Build) == (v.Reason == ReasonDuplicateBuild) ||
+				refusedByMemory(in.policy, c, branchBuild) && (branchBuild == c.Build) == (v.Reason == ReasonDuplicateBuild)
+			byTime := startedLater != nil && !c.Rollback && v.Reason == ReasonSupersededByNewerBuild
+			if !byNumber && !byTime {
+				fail("%s: build %d (rollback %v) superseded by the grant record, which remembers build %d (of the branch's line "+
+					"without a workflow: %d; %s, refuse re-runs %v), and no later build of its branch",
+					c.Name, c.Build, c.Rollback, r, branchBuild, v.Reason, in.policy.RefuseReruns)
 			}
-		case lineOf(c) == lineOf(by):
-			if by.Build < c.Build || (by.Build == c.Build) != (v.Reason == ReasonDuplicateBuild) {
-				fail("%s: build %d superseded by build %d (%s)", c.Name, c.Build, by.Build, v.Reason)
-			}
+		case judgedOnLine(c, lineOf(by)) && by.Build >= c.Build && (by.Build == c.Build) == (v.Reason == ReasonDuplicateBuild):
+			// A build at or above it of a line it is judged on.
+		case lineOf(by) != lineOf(c) && by.Repo == c.Repo && by.Branch == c.Branch && by.Name == d.Holder && newHold &&
+			!c.Rollback && in.policy.OrderTime(c).Before(in.policy.OrderTime(by)) && v.Reason == ReasonSupersededByNewerBuild:
+			// Of another line of its branch, granted now, and its build
+			// started after this one.
+		case !queuing(in.policy) && by.Name == d.Waiting && in.policy.Newer(by, c) && v.Reason == ReasonSupersededByNewerBuild:
+			// NewestWins: the newer claim took the waiting slot.
+		case judgedOnLine(c, lineOf(by)):
+			fail("%s: build %d superseded by build %d (%s)", c.Name, c.Build, by.Build, v.Reason)
 		case queuing(in.policy):
 			fail("%s: superseded by %s of another line under %s", c.Name, by.Name, in.policy.Ordering)
 		case by.Name != d.Waiting || !in.policy.Newer(by, c) || v.Reason != ReasonSupersededByNewerBuild:
@@ -834,7 +978,9 @@ func checkSupersessions(in input, d Decision, fail func(string, ...any)) {
 		}
 	}
 	// (An override granted through a freeze goes ahead of the newer.)
-	if !queuing(in.policy) && newHold && d.Waiting != "" && !in.policy.Freeze.Frozen && !in.policy.Newer(inputs[d.Holder], inputs[d.Waiting]) {
+	// (And so does a claim whose line the memory has room for.)
+	if !queuing(in.policy) && newHold && d.Waiting != "" && !in.policy.Freeze.Frozen && !in.policy.Newer(inputs[d.Holder], inputs[d.Waiting]) &&
+		verdictOf(d, d.Waiting).Reason != ReasonLineMemoryFull && !memoryFull(restored, in.claims, inputs[d.Waiting], in) {
 		fail("granted %s although %s is newer", d.Holder, d.Waiting)
 	}
 	// Never backwards: the holder and the waiting claims of each line, in
@@ -867,20 +1013,102 @@ func checkSupersessions(in input, d Decision, fail func(string, ...any)) {
 		if b, ok := last[lineOf(c)]; ok && (b == c.Build || b > c.Build && !c.Rollback) {
 			fail("%s: build %d (rollback %v) goes after build %d of its line", c.Name, c.Build, c.Rollback, b)
 		}
-		r, owner := remembered(restored, in.claims, c, in.now, in.policy)
+		r, _ := remembered(restored, in.claims, c, in.now, in.policy)
 		if refusedByMemory(in.policy, c, r) {
 			fail("%s: build %d goes although build %d of its line held (refuse re-runs %v)", c.Name, c.Build, r, in.policy.RefuseReruns)
+		}
+		if unverifiedWorkflow(&c) {
+			if b, _ := remembered(restored, in.claims, withoutWorkflow(c), in.now, in.policy); refusedByMemory(in.policy, c, b) {
+				fail("%s: build %d of a workflow nothing verified goes although build %d of its branch held", c.Name, c.Build, b)
+			}
 		}
 		if c.Rollback && !mayRollBack(in.policy, c) {
 			fail("%s: a rollback goes as %q under rollbacks %q", c.Name, c.Identity, in.policy.Rollbacks)
 		}
-		if r > 0 && genPipeline(owner) && genPipeline(c.Identity) && owner != c.Identity {
-			fail("%s: goes as %s on a line %s holds", c.Name, c.Identity, owner)
+		latest, startedLater := branchJudges(restored, in.claims, c, in.now, in.policy)
+		if latest != nil && genPipeline(latest.Owner) && genPipeline(c.Identity) && latest.Owner != c.Identity {
+			fail("%s: goes as %s on a branch %s held last", c.Name, c.Identity, latest.Owner)
+		}
+		if startedLater != nil && !c.Rollback {
+			fail("%s: goes although build %d of %q, which started later, held", c.Name, startedLater.Build, startedLater.Workflow)
 		}
 		// A rollback goes after a higher build, which stays the line's
 		// highest for the builds behind.
 		last[lineOf(c)] = max(last[lineOf(c)], c.Build)
 	}
+}
+
+// withoutWorkflow is c on its branch's line without a workflow.
+func withoutWorkflow(c Claim) Claim { c.Workflow = ""; return c }
+
+// judgedOnLine restates which builds claim c is judged by: those of its
+// own line, and, when its workflow is one nothing verified, those of its
+// branch's line without one.
+func judgedOnLine(c Claim, l line) bool {
+	return l == lineOf(c) || c.Workflow != "" && !c.WorkflowVerified && l == lineOf(withoutWorkflow(c))
+}
+
+// memoryFull restates why claim c's line cannot be remembered in the line
+// memory of grant g and the claims (noRoom).
+func memoryFull(g Grant, claims []Claim, c Claim, in input) bool {
+	r := LineRecord{Repo: c.Repo, Branch: c.Branch, Workflow: c.Workflow, Owner: c.Identity, OwnerCI: c.CIIdentity, Token: 1,
+		Started: in.policy.OrderTime(c)}
+	if c.Rollback {
+		r.Since = in.now
+	}
+	return noRoom(g, claims, r, in)
+}
+
+// noRoom restates why a line's record r cannot be remembered in the line
+// memory of grant g and the claims: the record has no line of r's, and r
+// would take the memory past LineMemoryBytes, or its owner's records past
+// LineMemoryBytesPerOwner. The memory counted is the record's lines and,
+// for other lines it lacks, the builds the claims show held (at most what
+// the arbiter counts: it adds those only while they fit).
+func noRoom(g Grant, claims []Claim, r LineRecord, in input) bool {
+	memory := in.policy.LineMemory
+	if memory <= 0 {
+		memory = DefaultGrantRetention
+	}
+	return !hasLine(g, r, memory, in.now) && wouldNotFit(g, claims, r, in)
+}
+
+// hasLine reports whether grant g remembers a build of r's line.
+func hasLine(g Grant, r LineRecord, memory time.Duration, now time.Time) bool {
+	for _, k := range g.Lines {
+		if lineOf(Claim{Repo: k.Repo, Branch: k.Branch, Workflow: k.Workflow}) == lineOf(Claim{Repo: r.Repo, Branch: r.Branch, Workflow: r.Workflow}) &&
+			now.Before(k.HeldAt.Add(memory)) {
+			return true
+		}
+	}
+	return false
+}
+
+// wouldNotFit reports whether r, as a new line, would take the memory of
+// grant g and the claims (without r's line) past its budgets.
+func wouldNotFit(g Grant, claims []Claim, r LineRecord, in input) bool {
+	memory := in.policy.LineMemory
+	if memory <= 0 {
+		memory = DefaultGrantRetention
+	}
+	of := func(k LineRecord) line { return lineOf(Claim{Repo: k.Repo, Branch: k.Branch, Workflow: k.Workflow}) }
+	// Each line's record: its highest build, the later grant of equal ones.
+	records := map[line]LineRecord{}
+	for _, k := range heldRecords(g, claims, in.now, in.policy) {
+		best, ok := records[of(k)]
+		if in.now.Before(k.HeldAt.Add(memory)) && (!ok || k.Build > best.Build || k.Build == best.Build && laterGrantOfBuild(k, best)) {
+			records[of(k)] = k
+		}
+	}
+	delete(records, of(r))
+	total, owner := 0, 0
+	for _, k := range records {
+		total += k.Size()
+		if k.Owner == r.Owner {
+			owner += k.Size()
+		}
+	}
+	return total+r.Size() > LineMemoryBytes || r.Owner != "" && owner+r.Size() > LineMemoryBytesPerOwner
 }
 
 // maxTokenBut is the highest token of every claim but claims[skip].

@@ -34,28 +34,16 @@ func (d *decider) message(i int, grant Grant) string {
 		return w.done(".", d.overriddenNote(c))
 	case ReasonFrozen, ReasonFreezeStarted:
 		return d.freezeMessage(c, v.Reason)
+	case ReasonLineMemoryFull:
+		return d.memoryFullMessage(c)
 	case ReasonSupersededByNewerBuild, ReasonDuplicateBuild:
 		return d.supersededMessage(i)
 	case ReasonRollbackNotAllowed:
 		return d.rollbackRefusedMessage(c)
 	case ReasonLineOwnedByOther, ReasonBuildJumpTooLarge:
 		return d.lineMemoryMessage(i, v.Reason)
-	case ReasonDeleted:
-		if d.wasHolding(i) {
-			return fmt.Sprintf("The BuildLock of %s was deleted (a finalizer still keeps it); its hold on %s "+
-				"ends: stop deploying.", build(c), target)
-		}
-		return fmt.Sprintf("The BuildLock of %s was deleted (a finalizer still keeps it); it leaves the queue for %s.",
-			build(c), target)
-	case ReasonPodFinished, ReasonPodGone:
-		what := "finished"
-		if v.Reason == ReasonPodGone {
-			what = "is gone"
-		}
-		if d.wasHolding(i) {
-			return fmt.Sprintf("The pod of %s %s; its hold on %s is released.", build(c), what, target)
-		}
-		return fmt.Sprintf("The pod of %s %s; it leaves the queue for %s.", build(c), what, target)
+	case ReasonDeleted, ReasonPodFinished, ReasonPodGone:
+		return d.goneMessage(i)
 	case ReasonForceReleased:
 		what := "it leaves the queue for " + target
 		if d.wasHolding(i) {
@@ -76,6 +64,28 @@ func (d *decider) message(i int, grant Grant) string {
 			capitalized(build(c)), target, stamp(d.endedAt(i)))
 	}
 	return "" // Rule 8: a terminal claim keeps its stored message.
+}
+
+// goneMessage is the message of claim i, which ended because it was
+// deleted (a finalizer keeps it) or its pod finished or is gone.
+func (d *decider) goneMessage(i int) string {
+	c, target := d.claims[i], d.lock.Target
+	if d.verdicts[i].Reason == ReasonDeleted {
+		if d.wasHolding(i) {
+			return fmt.Sprintf("The BuildLock of %s was deleted (a finalizer still keeps it); its hold on %s "+
+				"ends: stop deploying.", build(c), target)
+		}
+		return fmt.Sprintf("The BuildLock of %s was deleted (a finalizer still keeps it); it leaves the queue for %s.",
+			build(c), target)
+	}
+	what := "finished"
+	if d.verdicts[i].Reason == ReasonPodGone {
+		what = "is gone"
+	}
+	if d.wasHolding(i) {
+		return fmt.Sprintf("The pod of %s %s; its hold on %s is released.", build(c), what, target)
+	}
+	return fmt.Sprintf("The pod of %s %s; it leaves the queue for %s.", build(c), what, target)
 }
 
 // freezeMessage is the message of a claim that waits because its target
@@ -161,6 +171,17 @@ func (d *decider) supersededMessage(i int) string {
 	c, v, target := d.claims[i], &d.verdicts[i], d.lock.Target
 	if r := d.byMemory[i]; r != nil {
 		held := capitalized(build(&Claim{Repo: r.Repo, Branch: r.Branch, Workflow: r.Workflow, Build: r.Build}))
+		switch {
+		case lineOfRecord(r) == lineOf(*c):
+		case !judgedOn(c, lineOfRecord(r)) || d.backwards(c, r) == "":
+			// A build of another line of the branch that started later.
+			return fmt.Sprintf("%s already deployed: it started at %s and held %s at %s, and this build started "+
+				"earlier, at %s: a branch never deploys an older build after a newer one, whatever their workflows, so "+
+				"this build will not deploy. Stop this pipeline; to deploy it on purpose, roll back: %s.",
+				held, stamp(r.Started), target, stamp(r.HeldAt), stamp(d.orderTime[i]), rollbackHint)
+		default:
+			held += ", " + d.unverifiedNote(c) + ","
+		}
 		if v.Reason == ReasonDuplicateBuild {
 			return fmt.Sprintf("%s already deployed: it held %s at %s, and the BuildLockPolicy of %s refuses re-runs "+
 				"(spec.reruns: Refused), so this run of it will not deploy. Stop this pipeline; deploy with a new build "+
@@ -190,12 +211,22 @@ func (d *decider) supersededMessage(i int) string {
 		w.build(d.claims[root], false)
 		w.add(", which ", d.fate(root), ": this build will not deploy either. Stop this pipeline.")
 		return w.done()
-	case lineOf(*d.claims[by]) == lineOf(*c):
+	case judgedOn(c, lineOf(*d.claims[by])):
+		if lineOf(*d.claims[by]) != lineOf(*c) {
+			w.add(" (", d.unverifiedNote(c), ")")
+		}
 		w.add(" is newer and ", d.fate(by), ": it deploys instead, and this build will not. Stop this pipeline")
 		if c.Rollback {
 			w.add("; roll back once that build has deployed, if you still must")
 		}
 		return w.done(".")
+	case branchOfClaim(d.claims[by]) == branchOfClaim(c) && d.verdicts[by].Phase == Held:
+		// Granted in this decision, its build started after this one's.
+		w.add(" started later (at ", stamp(d.orderTime[by]), ") and ", d.fate(by), ": a branch never deploys an older "+
+			"build after a newer one, whatever their workflows, so this build, started at ", stamp(d.orderTime[i]),
+			", will not deploy. Stop this pipeline; to deploy it on purpose once that build has deployed, roll back: ",
+			rollbackHint, ".")
+		return w.done()
 	}
 	w.add(" is newer and ", d.fate(by), ": with the ordering NewestWins one build waits, the newest, and this build "+
 		"will not deploy. Stop this pipeline; for every build to deploy in its turn, give ", target,
@@ -384,15 +415,48 @@ func stamp(t time.Time) string {
 	return t.UTC().Format(time.RFC3339)
 }
 
+// unverifiedNote says why claim c, of a workflow nothing verified, is
+// judged as a build of its branch's line without one.
+func (d *decider) unverifiedNote(c *Claim) string {
+	return "and this claim's workflow " + printable(c.Workflow) + " is not verified (no CI token of its requester " +
+		"names it), so it counts as a build of " + c.Repo + "@" + printable(c.Branch) + " too"
+}
+
+// memoryFullMessage is the message of claim c, which waits because the
+// line memory has no room for its line (rule 6).
+func (d *decider) memoryFullMessage(c *Claim) string {
+	share := "the memory of lines of " + d.lock.Target + " is full (" + strconv.Itoa(LineMemoryBytes>>10) + " KiB)"
+	if c.Identity != "" && d.budget.total+heldRecordSize(c) <= LineMemoryBytes {
+		share = "the lines held as " + printable(c.Identity) + " fill its share of the memory of lines of " +
+			d.lock.Target + " (" + strconv.Itoa(LineMemoryBytesPerOwner>>10) + " KiB)"
+	}
+	return fmt.Sprintf("%s waits: %s, so its line, new to the lock, cannot be remembered, and a build whose "+
+		"line is not remembered is not granted (a lower build of its line could deploy after it). It keeps its "+
+		"place until records leave the memory and make room (the next leaves at %s, %s after it held); builds of "+
+		"lines the lock remembers go meanwhile.", capitalized(build(c)), share, stamp(d.memoryFrees()), d.lineMemory())
+}
+
+// heldRecordSize is the size of the record a grant to c would write, but
+// for its token (which only grows it).
+func heldRecordSize(c *Claim) int {
+	return (&LineRecord{Repo: c.Repo, Branch: c.Branch, Workflow: c.Workflow, Owner: c.Identity, OwnerCI: c.CIIdentity,
+		Token: 1, Started: c.Created}).Size()
+}
+
 // lineMemoryMessage is the message of claim i, refused by its line's memory
 // for reason: LineOwnedByOther or BuildJumpTooLarge (rule 3).
 func (d *decider) lineMemoryMessage(i int, reason string) string {
 	c, r, target := d.claims[i], d.byMemory[i], d.lock.Target
 	if reason == ReasonLineOwnedByOther {
-		return fmt.Sprintf("%s will not deploy: its line belongs to %s, which held %s with build %d at %s, and this "+
-			"claim was created by %s. A line belongs to the pipeline that holds it, until %s; claim it as that "+
-			"pipeline, or have a person claim it.", capitalized(build(c)), printable(r.Owner), target,
-			r.Build, stamp(r.HeldAt), printable(c.Identity), stamp(r.HeldAt.Add(d.lineMemory())))
+		held := fmt.Sprintf("build %d", r.Build)
+		if r.Workflow != "" {
+			held += " of workflow " + printable(r.Workflow)
+		}
+		return fmt.Sprintf("%s will not deploy: its branch %s@%s belongs to %s, which held %s with %s at %s, and this "+
+			"claim was created by %s. The lines of a branch, whatever their workflows, belong to the pipeline that "+
+			"held one of them last, until %s; claim it as that pipeline, or have a person claim it.",
+			capitalized(build(c)), c.Repo, printable(c.Branch), printable(r.Owner), target, held, stamp(r.HeldAt),
+			printable(c.Identity), stamp(r.HeldAt.Add(d.lineMemory())))
 	}
 	return fmt.Sprintf("%s is more than %d above build %d of its line, which held %s at %s: it will not deploy. "+
 		"Until %s a build of the line may go at most %d higher (the operator's --max-build-jump); give it a "+

@@ -198,7 +198,9 @@ func refusingReruns(p Policy) Policy {
 // TestNoIdentityCanFlushALinesMemory: one identity holds line after fake
 // line (issue 21, item 5). The memory stays within its bounds, that
 // identity's records within its share, and no record of another line is
-// evicted: the victim's lower build is still superseded afterwards.
+// evicted: the victim's lower build is still superseded afterwards. A fake
+// line that the memory has no room for is not granted (issue 31, break 8):
+// it waits, LineMemoryFull.
 func TestNoIdentityCanFlushALinesMemory(t *testing.T) {
 	const victim = "system:serviceaccount:ci:shop"
 	for _, flooder := range []string{"system:serviceaccount:ci:intruder", "", "alice@example.com"} {
@@ -206,15 +208,21 @@ func TestNoIdentityCanFlushALinesMemory(t *testing.T) {
 			g := Grant{Token: 1, Lines: []LineRecord{{Repo: "acme/shop", Branch: "main", Build: 10, HeldAt: t0, Owner: victim}}}
 			now := t0
 			long := strings.Repeat("b", 200)
+			var refused *Verdict
 			for k := range 2000 {
 				c := claim(fmt.Sprintf("fake-%d", k), fmt.Sprintf("fake/app-%04d@%s", k, long), 1, 0)
 				c.Identity = flooder
 				now = now.Add(time.Second)
 				d := Decide(staging, []Claim{c}, g, now, Policy{})
 				if d.Holder != c.Name {
-					t.Fatalf("%s not granted:\n%s", c.Name, d)
+					v := verdictOf(d, c.Name)
+					refused = &v
+					break
 				}
 				g = Decide(staging, []Claim{withPod(d.Apply([]Claim{c})[0], PodFinished)}, d.Grant, now, Policy{}).Grant
+			}
+			if refused == nil || short(*refused) != "Waiting LineMemoryFull" {
+				t.Fatalf("the flood's lines were granted beyond the memory's room, or refused otherwise: %+v", refused)
 			}
 			size, mine := 0, 0
 			for _, r := range g.Lines {
@@ -229,7 +237,8 @@ func TestNoIdentityCanFlushALinesMemory(t *testing.T) {
 			if flooder == "" {
 				share, filled = LineMemoryBytes, size
 			}
-			if next := (LineRecord{Repo: "fake/app-0000", Branch: long, Owner: flooder}).Size(); size > LineMemoryBytes || mine > share || filled+next <= share {
+			next := (LineRecord{Repo: "fake/app-0000", Branch: long, Owner: flooder, Token: g.Token, Started: t0}).Size()
+			if size > LineMemoryBytes || mine > share || filled+next <= share {
 				t.Errorf("the memory takes %d bytes, the flooder's records %d (its share %d)", size, mine, share)
 			}
 			late := claim("shop-9", shop, 9, 0)

@@ -147,6 +147,8 @@ func (w *world) arrive(ch chooser) string {
 	if ch.intn(6) == 0 {
 		c.Rollback, c.RollbackReason = true, "INC-7"
 	}
+	// A CI identity's workflow, its token names (issue 31).
+	c.WorkflowVerified = c.Workflow != "" && c.CIIdentity && ch.intn(2) == 0
 	w.claims = append(w.claims, c)
 	return fmt.Sprintf("%s arrives: build %d of %s/%s/%s (rollback %v, %q) stamped %s", c.Name, c.Build, c.Repo, c.Branch, c.Workflow,
 		c.Rollback, c.Identity, c.Timestamp.Format(time.TimeOnly))
@@ -255,18 +257,42 @@ func TestPropertiesOfRandomEventSequences(t *testing.T) {
 // it holds in histories without hostile events.
 type grantLog struct {
 	lines map[line][]loggedGrant
+	seq   int
 }
 
 type loggedGrant struct {
 	build    int64
 	at       time.Time
 	rollback bool
+	started  time.Time // the build's OrderTime
+	seq      int       // the order of the grants
 }
 
 func newGrantLog() *grantLog { return &grantLog{lines: map[line][]loggedGrant{}} }
 
+// remembered is line l's highest build granted since its last rollback
+// (that rollback's included) within the line memory at now, if any, and
+// the sequence number of that rollback (-1: none).
+func (g *grantLog) remembered(l line, now time.Time) (best loggedGrant, ok bool, rolledBack int) {
+	rolledBack = -1
+	for _, e := range g.lines[l] {
+		switch {
+		case !now.Before(e.at.Add(DefaultGrantRetention)):
+		case e.rollback:
+			best, ok, rolledBack = e, true, e.seq
+		case !ok || e.build >= best.build:
+			best, ok = e, true
+		}
+	}
+	return best, ok, rolledBack
+}
+
 // observe takes the next decision of w (already applied); before is the
-// holder before it.
+// holder before it. Besides its line's builds, a grant respects its
+// branch (issue 31): no build of another line of its branch granted since
+// the branch's last rollback (each line's highest) started after it,
+// unless it is a rollback; and a claim whose workflow nothing verified
+// respects the builds of its branch's line without a workflow too.
 func (g *grantLog) observe(w *world, d Decision, before string) error {
 	if d.Holder == "" || d.Holder == before {
 		return nil
@@ -275,16 +301,30 @@ func (g *grantLog) observe(w *world, d Decision, before string) error {
 	c := w.claims[i]
 	l := lineOf(c)
 	var highest int64 // since the last rollback, within the memory
-	for _, e := range g.lines[l] {
-		switch {
-		case !w.now.Before(e.at.Add(DefaultGrantRetention)):
-		case e.rollback:
-			highest = e.build
-		default:
-			highest = max(highest, e.build)
+	if e, ok, _ := g.remembered(l, w.now); ok {
+		highest = e.build
+	}
+	var branchBuild int64
+	if c.Workflow != "" && !c.WorkflowVerified {
+		if e, ok, _ := g.remembered(lineOf(withoutWorkflow(c)), w.now); ok {
+			branchBuild = e.build
 		}
 	}
-	g.lines[l] = append(g.lines[l], loggedGrant{build: c.Build, at: w.now, rollback: c.Rollback})
+	// The branch's last rollback, and each of its other lines' record.
+	branchRollback := -1
+	var others []loggedGrant
+	for other := range g.lines {
+		if other.repo != c.Repo || other.branch != c.Branch {
+			continue
+		}
+		e, ok, rolledBack := g.remembered(other, w.now)
+		branchRollback = max(branchRollback, rolledBack)
+		if ok && other != l {
+			others = append(others, e)
+		}
+	}
+	g.seq++
+	g.lines[l] = append(g.lines[l], loggedGrant{build: c.Build, at: w.now, rollback: c.Rollback, started: w.policy.OrderTime(c), seq: g.seq})
 	switch {
 	case c.Rollback && !mayRollBack(w.policy, c):
 		return fmt.Errorf("%s, a rollback by %q, granted under rollbacks %q", c.Name, c.Identity, w.policy.Rollbacks)
@@ -293,6 +333,14 @@ func (g *grantLog) observe(w *world, d Decision, before string) error {
 		return fmt.Errorf("%s: build %d granted after build %d of its line", c.Name, c.Build, highest)
 	case c.Build == highest && w.policy.RefuseReruns:
 		return fmt.Errorf("%s: a re-run of build %d granted, though the policy refuses re-runs", c.Name, c.Build)
+	case c.Build < branchBuild || c.Build == branchBuild && w.policy.RefuseReruns:
+		return fmt.Errorf("%s: build %d of a workflow nothing verified granted after build %d of its branch", c.Name, c.Build, branchBuild)
+	}
+	for _, e := range others {
+		if !c.Rollback && e.seq >= branchRollback && e.started.After(w.policy.OrderTime(c)) {
+			return fmt.Errorf("%s: started at %s, granted after build %d of its branch, which started at %s", c.Name,
+				w.policy.OrderTime(c).Format(time.TimeOnly), e.build, e.started.Format(time.TimeOnly))
+		}
 	}
 	return nil
 }

@@ -180,11 +180,11 @@ func (d *decider) history() []LineRecord {
 	for i, c := range d.claims {
 		switch {
 		case i == d.granted && i == d.liveHolder:
-			out = append(out, heldRecord(c, d.grant.AcquiredAt, d.grant.Token))
+			out = append(out, heldRecord(c, d.grant.AcquiredAt, d.grant.Token, d.orderTime[i]))
 		case c.FencingToken > 0 && !c.AcquiredAt.IsZero():
-			out = append(out, heldRecord(c, c.AcquiredAt, c.FencingToken))
+			out = append(out, heldRecord(c, c.AcquiredAt, c.FencingToken, d.orderTime[i]))
 		case i == d.granted:
-			out = append(out, heldRecord(c, d.grant.AcquiredAt, d.grant.Token))
+			out = append(out, heldRecord(c, d.grant.AcquiredAt, d.grant.Token, d.orderTime[i]))
 		}
 	}
 	if len(out) > 1 {
@@ -204,10 +204,10 @@ func compareGrants(a, b LineRecord) int {
 }
 
 // heldRecord is the line record of c's hold granted at heldAt with the
-// given fencing token.
-func heldRecord(c *Claim, heldAt time.Time, token int64) LineRecord {
+// given fencing token; started is c's OrderTime.
+func heldRecord(c *Claim, heldAt time.Time, token int64, started time.Time) LineRecord {
 	r := LineRecord{Repo: c.Repo, Branch: c.Branch, Workflow: c.Workflow, Build: c.Build, HeldAt: heldAt, Owner: c.Identity,
-		OwnerCI: c.CIIdentity, Token: token}
+		OwnerCI: c.CIIdentity, Token: token, Started: started}
 	if c.Rollback {
 		r.Since = heldAt
 	}
@@ -307,11 +307,12 @@ func higher(old, r *LineRecord) bool {
 // rememberedLines returns, by line, the record of the highest build that
 // held within Policy.LineMemory since the line's last rollback: the grant
 // record's, or the claims' own (history), so that a record deleted or
-// edited by hand forgets nothing the claims still show.
-func (d *decider) rememberedLines() map[line]*LineRecord {
+// edited by hand forgets nothing the claims still show; and, by branch,
+// what rule 3 judges across the branch's lines (see branchMemory).
+func (d *decider) rememberedLines() (map[line]*LineRecord, map[branch]*branchMemory) {
 	hist := d.history()
 	if len(d.grant.Lines) == 0 && len(hist) == 0 {
-		return nil
+		return nil, nil
 	}
 	since := d.rollbacks(d.grant.Lines, hist)
 	memory := make(map[line]*LineRecord, len(d.grant.Lines)+len(hist))
@@ -326,7 +327,115 @@ func (d *decider) rememberedLines() map[line]*LineRecord {
 			}
 		}
 	}
-	return memory
+	return memory, d.branchMemories(memory, since)
+}
+
+// branch is a repository and branch: the lines of its workflows, and the
+// line without one, belong to it.
+type branch struct{ repo, branch string }
+
+func branchOfLine(l line) branch    { return branch{l.repo, l.branch} }
+func branchOfClaim(c *Claim) branch { return branch{c.Repo, c.Branch} }
+
+// branchLine is the line of c's branch without a workflow.
+func branchLine(c *Claim) line { return line{c.Repo, c.Branch, ""} }
+
+// branchMemory is what rule 3 judges a claim by across the lines of its
+// branch, from the line memory (each line's record).
+type branchMemory struct {
+	// latest is the record of the branch's latest grant (compareGrants,
+	// then by line and owner): its owner owns the branch.
+	latest *LineRecord
+	// started holds the records, of two different lines, whose builds
+	// started last (Started) among those granted since the branch's last
+	// rollback (of any of its lines); nil where there are none.
+	started [2]*LineRecord
+}
+
+// branchMemories returns, by branch, what the memory (one record per line)
+// says of it; since is each line's last rollback.
+func (d *decider) branchMemories(memory map[line]*LineRecord, since map[line]lastRollback) map[branch]*branchMemory {
+	// The branch's last rollback is the latest of its lines'.
+	var branchSince map[branch]lastRollback
+	for l, r := range since {
+		b := branchOfLine(l)
+		if last, ok := branchSince[b]; !ok || r.at.After(last.at) || r.at.Equal(last.at) && r.token > last.token {
+			if branchSince == nil {
+				branchSince = map[branch]lastRollback{}
+			}
+			branchSince[b] = r
+		}
+	}
+	branches := make(map[branch]*branchMemory, len(memory))
+	for l, r := range memory {
+		b := branches[branchOfLine(l)]
+		if b == nil {
+			b = &branchMemory{}
+			branches[branchOfLine(l)] = b
+		}
+		if b.latest == nil || d.laterGrant(b.latest, r) {
+			b.latest = r
+		}
+		if r.Started.IsZero() || !afterRollback(r, branchSince[branchOfLine(l)], d.now) {
+			continue
+		}
+		switch {
+		case b.started[0] == nil || startedLater(b.started[0], r):
+			b.started[0], b.started[1] = r, b.started[0]
+		case b.started[1] == nil || startedLater(b.started[1], r):
+			b.started[1] = r
+		}
+	}
+	return branches
+}
+
+// laterGrant reports whether record r was granted after old (of another
+// line of the branch) at now: by grant time, a time after now counting as
+// now (a record edited to the future, or a skewed clock, cannot have come
+// after a grant made now); at one instant by token (a record without one
+// is the older); then by line and owner, so that the result does not
+// depend on the order records come in.
+func (d *decider) laterGrant(old, r *LineRecord) bool {
+	oldAt, at := old.HeldAt, r.HeldAt
+	if oldAt.After(d.now) {
+		oldAt = d.now
+	}
+	if at.After(d.now) {
+		at = d.now
+	}
+	switch {
+	case !at.Equal(oldAt):
+		return at.After(oldAt)
+	case r.Token != old.Token:
+		return r.Token > old.Token
+	}
+	if c := compareRecords(*r, *old); c != 0 {
+		return c > 0
+	}
+	return r.Owner > old.Owner
+}
+
+// startedLater reports whether record r's build started after old's, and
+// at one instant orders them by line.
+func startedLater(old, r *LineRecord) bool {
+	if c := r.Started.Compare(old.Started); c != 0 {
+		return c > 0
+	}
+	return compareRecords(*r, *old) > 0
+}
+
+// startedAfter returns the record of another line of the branch than l
+// whose build started after t, the latest such (nil if none).
+func (b *branchMemory) startedAfter(l line, t time.Time) *LineRecord {
+	for _, r := range b.started {
+		if r != nil && lineOfRecord(r) != l {
+			if r.Started.After(t) {
+				return r
+			}
+			return nil
+		}
+	}
+	return nil
 }
 
 // remembers reports whether record r still counts at now.
@@ -372,14 +481,45 @@ func (d *decider) forgets() bool {
 // keeps its record, raised to what the claims show (history); and c's line
 // records c's build (a rollback's lowers it, and records when). A line
 // without a record gets one only within the budgets (lineBudget): none is
-// evicted to make room.
+// evicted to make room, and a claim whose line would get none is not
+// granted (roomFor).
 func (d *decider) recordLine(c *Claim) []LineRecord {
-	hist := d.history()
-	var granted []LineRecord
-	if c != nil {
-		granted = []LineRecord{heldRecord(c, d.now, d.maxToken()+1)}
+	if c == nil {
+		return d.lineBudget().sorted()
 	}
-	b := lineBudget{since: d.rollbacks(d.grant.Lines, hist, granted), now: d.now}
+	return d.budget.sorted() // granted by grantAndQueue
+}
+
+// grantedBudget returns the line memory after granting c now. The grant's
+// record goes in first, and whatever the budgets say: c was granted
+// because the memory before (roomFor) had room for it, which the records
+// only the claims show must not take in the memory after.
+func (d *decider) grantedBudget(c *Claim) *lineBudget {
+	granted := heldRecord(c, d.now, d.maxToken()+1, d.policy.OrderTime(*c))
+	b := d.keptBudget([]LineRecord{granted})
+	if b.rolledOff == nil {
+		b.rolledOff = map[line]bool{}
+	}
+	b.rolledOff[lineOfRecord(&granted)] = true
+	b.grant(granted)
+	d.addShown(b)
+	return b
+}
+
+// lineBudget returns the line memory as it stands before a grant: the
+// records the grant record keeps and those the claims show, within the
+// budgets.
+func (d *decider) lineBudget() *lineBudget {
+	b := d.keptBudget(nil)
+	d.addShown(b)
+	return b
+}
+
+// keptBudget returns the line memory of the records the grant record
+// keeps. granted, if any, is the record of the grant to come (its
+// rollback counts for its line).
+func (d *decider) keptBudget(granted []LineRecord) *lineBudget {
+	b := &lineBudget{since: d.rollbacks(d.grant.Lines, d.history(), granted), now: d.now}
 	kept := make([]LineRecord, 0, len(d.grant.Lines))
 	for _, r := range d.grant.Lines {
 		if d.remembers(r) {
@@ -392,16 +532,90 @@ func (d *decider) recordLine(c *Claim) []LineRecord {
 	for _, r := range kept {
 		b.keep(r)
 	}
-	slices.SortStableFunc(hist, compareRecords)
+	return b
+}
+
+// addShown adds to b the builds the claims show held (history): raising
+// the lines b has first (a record that replaces another may free some of
+// its owner's share), then adding new lines while the budgets allow, each
+// by its highest build that fits, and raised to its highest; so that which
+// line is remembered depends neither on the order of the lines nor on a
+// claim that may vanish.
+func (d *decider) addShown(b *lineBudget) {
+	hist := d.history()
+	shown := hist[:0]
 	for _, r := range hist {
-		if d.remembers(r) {
+		if d.remembers(r) && b.rolledBack(&r) {
+			shown = append(shown, r)
+		}
+	}
+	// By line, the highest first.
+	slices.SortStableFunc(shown, func(x, y LineRecord) int {
+		if c := compareLines(x, y); c != 0 {
+			return c
+		}
+		switch {
+		case higher(&x, &y):
+			return 1
+		case higher(&y, &x):
+			return -1
+		}
+		return 0
+	})
+	raise := func() {
+		for _, r := range shown {
+			if _, ok := b.index[lineOfRecord(&r)]; ok {
+				b.record(r)
+			}
+		}
+	}
+	raise()
+	for _, r := range shown {
+		if _, ok := b.index[lineOfRecord(&r)]; !ok {
 			b.record(r)
 		}
 	}
-	for _, r := range granted {
-		b.grant(r)
+	// A line that got in by a lower build is raised to its highest, as the
+	// next decision, which keeps the line, would.
+	raise()
+}
+
+// compareLines orders records by line alone.
+func compareLines(a, b LineRecord) int {
+	if c := strings.Compare(a.Repo, b.Repo); c != 0 {
+		return c
 	}
-	return b.sorted()
+	if c := strings.Compare(a.Branch, b.Branch); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Workflow, b.Workflow)
+}
+
+// roomFor reports whether the grant record would remember claim i's build
+// if i were granted now: its line has a record, or the budgets have room
+// for one. A build that would not be remembered is not granted (rule 6):
+// once its claim was gone, a lower build of its line would deploy after
+// it. Once this decision granted a claim, the memory is the one after
+// that grant, which the next decision starts from.
+func (d *decider) roomFor(i int) bool {
+	if d.budget == nil {
+		d.budget = d.lineBudget()
+	}
+	return d.budget.fits(heldRecord(d.claims[i], d.now, d.maxToken()+1, d.orderTime[i]))
+}
+
+// memoryFrees is when a record of the line memory first leaves it (the
+// earliest HeldAt + LineMemory), which may make room for a line that has
+// none; zero if the memory is empty.
+func (d *decider) memoryFrees() time.Time {
+	if d.budget == nil {
+		d.budget = d.lineBudget()
+	}
+	var first time.Time
+	for _, r := range d.budget.records {
+		first = earliest(first, r.HeldAt.Add(d.lineMemory()))
+	}
+	return first
 }
 
 // lineBudget builds a line memory within LineMemoryBytes and
@@ -414,6 +628,10 @@ type lineBudget struct {
 	index   map[line]int   // records[index[l]] is line l's
 	total   int            // the records' sizes
 	owners  map[string]int // by owner
+	// rolledOff marks the lines that had records which no longer count
+	// (from before their last rollback), and the line of a grant found
+	// room for (see grantedBudget): a grant of such a line goes in.
+	rolledOff map[line]bool
 }
 
 // keep adds a record the grant record had, unless its line has a higher
@@ -434,8 +652,25 @@ func (b *lineBudget) keep(r LineRecord) {
 	}
 }
 
+// fits reports whether granting r would leave its line with a record: the
+// line has one, or the budgets have room for a new one.
+func (b *lineBudget) fits(r LineRecord) bool {
+	if _, ok := b.index[lineOfRecord(&r)]; ok {
+		return true
+	}
+	return b.room(r)
+}
+
+// room reports whether a new line's record r stays within LineMemoryBytes,
+// and its owner's within LineMemoryBytesPerOwner.
+func (b *lineBudget) room(r LineRecord) bool {
+	size := r.Size()
+	return b.total+size <= LineMemoryBytes && (r.Owner == "" || b.owners[r.Owner]+size <= LineMemoryBytesPerOwner)
+}
+
 // record remembers r, unless it is older than its line's last rollback: a
-// line with a record takes it when it is higher (see higher); a new line is
+// line with a record takes it when it is higher (see higher); a line whose
+// records the rollback left behind takes it in their place; a new line is
 // added while the budgets allow.
 func (b *lineBudget) record(r LineRecord) {
 	if !b.rolledBack(&r) {
@@ -447,11 +682,11 @@ func (b *lineBudget) record(r LineRecord) {
 		}
 		return
 	}
-	size := r.Size()
-	if b.total+size > LineMemoryBytes || (r.Owner != "" && b.owners[r.Owner]+size > LineMemoryBytesPerOwner) {
-		return
+	// A line whose records a rollback left behind keeps its place for the
+	// rollback's; a new line goes in while the budgets allow.
+	if b.rolledOff[lineOfRecord(&r)] || b.room(r) {
+		b.add(r)
 	}
-	b.add(r)
 }
 
 // grant records r, the line's latest grant: it replaces the line's record
@@ -468,6 +703,13 @@ func (b *lineBudget) grant(r LineRecord) {
 		}
 		return
 	}
+	if b.rolledOff[lineOfRecord(&r)] {
+		// The line had a record that no longer counts (a rollback's grant
+		// leaves it behind), or the grant was found room for already: the
+		// grant takes its place.
+		b.add(r)
+		return
+	}
 	b.record(r)
 }
 
@@ -476,6 +718,10 @@ func (b *lineBudget) grant(r LineRecord) {
 func (b *lineBudget) rolledBack(r *LineRecord) bool {
 	since := b.since[lineOfRecord(r)]
 	if !afterRollback(r, since, b.now) {
+		if b.rolledOff == nil {
+			b.rolledOff = map[line]bool{}
+		}
+		b.rolledOff[lineOfRecord(r)] = true
 		return false
 	}
 	r.Since = since.at

@@ -148,7 +148,7 @@ func TestARestoredRecordIsTheHoldsOwn(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			d := Decide(staging, []Claim{holder, gone, shop42}, tc.grant, at(60), Policy{})
 			want := Grant{Holder: "web-5", HolderUID: "uid-web-5", Token: 7, AcquiredAt: at(30), Writer: holder.Writer,
-				Lines: []LineRecord{{Repo: "acme/web", Branch: "main", Build: 5, HeldAt: at(30), Owner: webPipeline, Token: 7}}}
+				Lines: []LineRecord{{Repo: "acme/web", Branch: "main", Build: 5, HeldAt: at(30), Owner: webPipeline, Token: 7, Started: at(20)}}}
 			if !d.GrantChanged || d.Repair != tc.repair || !d.Grant.Equal(want) {
 				t.Errorf("changed=%v repair=%q grant {%s}, want changed, repair %q, grant {%s}", d.GrantChanged, d.Repair, d.Grant, tc.repair, want)
 			}
@@ -164,7 +164,7 @@ func TestAnEditedLineMemoryIsRestoredFromTheClaims(t *testing.T) {
 	// The record's line memory was removed by hand (or no longer parsed);
 	// a claim that held is still there.
 	before := inPhase(heldSince(claim("shop-10", shop, 10, 5), 3, 10), Released)
-	shopLine := LineRecord{Repo: "acme/shop", Branch: "main", Build: 10, HeldAt: at(10), Token: 3}
+	shopLine := LineRecord{Repo: "acme/shop", Branch: "main", Build: 10, HeldAt: at(10), Token: 3, Started: at(5)}
 	for name, tc := range map[string]struct {
 		claims []Claim
 		grant  Grant
@@ -174,7 +174,7 @@ func TestAnEditedLineMemoryIsRestoredFromTheClaims(t *testing.T) {
 		"a holder's record": {
 			claims: []Claim{before, heldSince(web5, 4, 30)},
 			grant:  Grant{Holder: "web-5", HolderUID: "uid-web-5", Token: 4, AcquiredAt: at(30)},
-			want:   []LineRecord{shopLine, {Repo: "acme/web", Branch: "main", Build: 5, HeldAt: at(30), Token: 4}},
+			want:   []LineRecord{shopLine, {Repo: "acme/web", Branch: "main", Build: 5, HeldAt: at(30), Token: 4, Started: at(20)}},
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -198,7 +198,7 @@ func TestADeletedRecordRemembersTheBuildsTheClaimsShowHeld(t *testing.T) {
 		!strings.Contains(v.Message, "Build 10 of acme/shop@main already deployed: it held staging at 2026-03-02T09:10:00Z") {
 		t.Errorf("shop-9: %s %q", short(v), v.Message)
 	}
-	want := []LineRecord{{Repo: "acme/shop", Branch: "main", Build: 10, HeldAt: at(10), Token: 3}}
+	want := []LineRecord{{Repo: "acme/shop", Branch: "main", Build: 10, HeldAt: at(10), Token: 3, Started: at(5)}}
 	if !d.GrantChanged || d.Repair != RepairRecreated || d.Grant.Holder != "" || d.Grant.Token != 3 || !(Grant{Lines: want}).Equal(Grant{Lines: d.Grant.Lines}) {
 		t.Errorf("the record is not written again with the memory: %s", d)
 	}
@@ -304,10 +304,10 @@ func TestLinesBelongToIdentities(t *testing.T) {
 		}
 	}
 	d := Decide(staging, []Claim{as(claim("evil", shop, huge, 50), webPipeline)}, shopHeld, at(60), Policy{})
-	want := "Build 9007199254740991 of acme/shop@main will not deploy: its line belongs to system:serviceaccount:ci:shop, " +
-		"which held staging with build 42 at 2026-03-02T09:10:00Z, and this claim was created by system:serviceaccount:ci:web. " +
-		"A line belongs to the pipeline that holds it, until 2026-03-03T09:10:00Z; claim it as that pipeline, " +
-		"or have a person claim it."
+	want := "Build 9007199254740991 of acme/shop@main will not deploy: its branch acme/shop@main belongs to " +
+		"system:serviceaccount:ci:shop, which held staging with build 42 at 2026-03-02T09:10:00Z, and this claim was created by " +
+		"system:serviceaccount:ci:web. The lines of a branch, whatever their workflows, belong to the pipeline that held one " +
+		"of them last, until 2026-03-03T09:10:00Z; claim it as that pipeline, or have a person claim it."
 	if got := verdictOf(d, "evil").Message; got != want {
 		t.Errorf("message %q\nwant %q", got, want)
 	}
@@ -353,11 +353,11 @@ func TestCIIdentitiesArePipelines(t *testing.T) {
 		},
 	})
 	d := Decide(staging, []Claim{ci(claim("shop-43", shop, 43, 50))}, byCI, at(60), Policy{})
-	if want := (LineRecord{Repo: "acme/shop", Branch: "main", Build: 43, HeldAt: at(60), Owner: shopCI, OwnerCI: true, Token: 5}); len(d.Grant.Lines) != 1 || !d.Grant.Lines[0].equal(want) {
+	if want := (LineRecord{Repo: "acme/shop", Branch: "main", Build: 43, HeldAt: at(60), Owner: shopCI, OwnerCI: true, Token: 5, Started: at(50)}); len(d.Grant.Lines) != 1 || !d.Grant.Lines[0].equal(want) {
 		t.Errorf("a CI identity's hold records %v, want %v", d.Grant.Lines, want)
 	}
 	d = Decide(staging, []Claim{as(claim("evil", shop, huge, 50), webPipeline)}, byCI, at(60), Policy{})
-	if got := verdictOf(d, "evil").Message; !strings.Contains(got, "its line belongs to github:acme/shop, which held staging with build 42") {
+	if got := verdictOf(d, "evil").Message; !strings.Contains(got, "its branch acme/shop@main belongs to github:acme/shop, which held staging with build 42") {
 		t.Errorf("message %q does not name the CI identity that owns the line", got)
 	}
 }

@@ -228,7 +228,7 @@ func TestRollbacks(t *testing.T) {
 
 	// Its grant lowers the line's memory, records when, and is audited.
 	d := Decide(staging, []Claim{as(back, alice)}, fortyTwoHeld, at(60), Policy{})
-	want := LineRecord{Repo: "acme/shop", Branch: "main", Build: 41, HeldAt: at(60), Owner: alice, Since: at(60), Token: 5}
+	want := LineRecord{Repo: "acme/shop", Branch: "main", Build: 41, HeldAt: at(60), Owner: alice, Since: at(60), Token: 5, Started: at(12)}
 	if len(d.Grant.Lines) != 1 || !d.Grant.Lines[0].equal(want) {
 		t.Errorf("the rollback's grant records %+v, want %+v", d.Grant.Lines, want)
 	}
@@ -269,10 +269,15 @@ func TestWorkflowLines(t *testing.T) {
 			want:  map[string]string{"shop-499": "Superseded SupersededByNewerBuild"},
 			token: 4,
 		},
-		"a workflow's claim is not of the line without one": {
-			claims: []Claim{hotfix12}, grant: oldHeld,
+		"a workflow's claim that a CI token verified is not of the line without one": {
+			claims: []Claim{verifiedWorkflow(hotfix12)}, grant: oldHeld,
 			want:   map[string]string{"hotfix-12": "Held Acquired"},
 			holder: "hotfix-12", grantChanged: true, token: 5,
+		},
+		"a workflow's claim nothing verified is judged as one of the line without one too (issue 31)": {
+			claims: []Claim{hotfix12}, grant: oldHeld,
+			want:  map[string]string{"hotfix-12": "Superseded SupersededByNewerBuild"},
+			token: 4,
 		},
 		"two workflows' waiting builds are two lines (NewestWins: the newer takes the slot)": {
 			claims: []Claim{held(web5, 7), ofWorkflow(waiting(claim("deploy-500", shop, 500, 40)), "deploy.yml"), hotfix12}, grant: webHolds,
@@ -442,9 +447,10 @@ func TestEverySupersessionSaysWhatAndWhatToDo(t *testing.T) {
 		},
 		"another pipeline's line": {
 			claims: []Claim{as(shop43, webPipeline)}, grant: fortyTwoHeld, claim: "shop-43",
-			want: "Build 43 of acme/shop@main will not deploy: its line belongs to system:serviceaccount:ci:shop, which held staging " +
-				"with build 42 at 2026-03-02T09:10:00Z, and this claim was created by system:serviceaccount:ci:web. A line belongs to " +
-				"the pipeline that holds it, until 2026-03-03T09:10:00Z; claim it as that pipeline, or have a person claim it.",
+			want: "Build 43 of acme/shop@main will not deploy: its branch acme/shop@main belongs to system:serviceaccount:ci:shop, " +
+				"which held staging with build 42 at 2026-03-02T09:10:00Z, and this claim was created by system:serviceaccount:ci:web. " +
+				"The lines of a branch, whatever their workflows, belong to the pipeline that held one of them last, until " +
+				"2026-03-03T09:10:00Z; claim it as that pipeline, or have a person claim it.",
 		},
 		"a jump too far": {
 			claims: []Claim{claim("shop-2000", shop, 2000, 50)}, grant: fortyTwoHeld, claim: "shop-2000",

@@ -157,14 +157,22 @@ type Claim struct {
 	// Identity is who created the claim, as far as the API server vouches
 	// for it: spec.requester's user name when the buildlock-requester
 	// admission policy stamped it, else empty (unknown). A pipeline (see
-	// IsPipeline) owns the lines it holds (rule 3); a person neither owns a
-	// line nor is bound by an owner or by Policy.MaxBuildJump.
+	// IsPipeline) owns the branch it held last (rule 3); a person neither
+	// owns a branch nor is bound by an owner or by Policy.MaxBuildJump.
 	Identity string
 	// CIIdentity says that Identity is a CI system's: the API server
 	// authenticated an OIDC token of GitHub Actions or GitLab CI and mapped
 	// its repository into the user (spec.requester.repository). Such an
 	// identity is a pipeline, as a service account is.
 	CIIdentity bool
+	// WorkflowVerified says that the API server vouches for Workflow: the
+	// claim's verified requester is a CI identity whose token names that
+	// workflow (spec.requester.workflow, mapped from the token by the
+	// authenticator). A Workflow nothing verified is free text: rule 3
+	// judges the claim by its branch's line without a workflow too, so that
+	// naming a workflow never gets a build past what it would face without
+	// one.
+	WorkflowVerified bool
 }
 
 // Override is a person's leave for one claim to be granted while its
@@ -355,7 +363,8 @@ type LineRecord struct {
 	Build    int64
 	HeldAt   time.Time
 	// Owner is the Identity of the claim granted (empty when unknown). A
-	// pipeline (IsPipeline) owns the line while the record counts (rule 3).
+	// pipeline (IsPipeline) owns the branch while this is the branch's
+	// latest record (rule 3).
 	Owner string
 	// OwnerCI is the CIIdentity of the claim granted.
 	OwnerCI bool
@@ -367,6 +376,11 @@ type LineRecord struct {
 	// operator): of two grants of a line at one instant, the higher token
 	// is the later.
 	Token int64
+	// Started is when the granted build started: its claim's
+	// [Policy.OrderTime] (zero in records of an older operator). It orders
+	// the builds of the branch's other lines (rule 3): a build that started
+	// before it does not deploy after it, unless it is a rollback.
+	Started time.Time
 }
 
 // Size is what a record counts against LineMemoryBytes: an upper bound of
@@ -386,19 +400,23 @@ func (r LineRecord) Size() int {
 	if r.Token != 0 {
 		size += lineRecordTokenOverhead
 	}
+	if !r.Started.IsZero() {
+		size += lineRecordStartedOverhead
+	}
 	return size
 }
 
 // lineRecordOverhead bounds a record's encoding without its strings: the
 // field names and punctuation, a build of up to 16 digits and an RFC 3339
 // time with nanoseconds, and the comma that separates records. A workflow,
-// a rollback's time and a token (of up to 20 characters) add their own
-// (records without them are as long as before they existed).
+// a rollback's time, a token (of up to 20 characters) and a start time add
+// their own (records without them are as long as before they existed).
 const (
 	lineRecordOverhead         = 112
 	lineRecordWorkflowOverhead = 16
 	lineRecordSinceOverhead    = 48
 	lineRecordTokenOverhead    = 32
+	lineRecordStartedOverhead  = 50
 )
 
 // AuditEntry is one notable event of the lock (Grant.Audit): a
@@ -487,7 +505,7 @@ func (g Grant) Equal(o Grant) bool {
 func (r LineRecord) equal(o LineRecord) bool {
 	return r.Repo == o.Repo && r.Branch == o.Branch && r.Workflow == o.Workflow && r.Build == o.Build &&
 		r.HeldAt.Equal(o.HeldAt) && r.Owner == o.Owner && r.Since.Equal(o.Since) &&
-		r.OwnerCI == o.OwnerCI && r.Token == o.Token
+		r.OwnerCI == o.OwnerCI && r.Token == o.Token && r.Started.Equal(o.Started)
 }
 
 func (e AuditEntry) equal(o AuditEntry) bool {

@@ -439,6 +439,9 @@ func toArbiterClaim(bl *buildlockv1.BuildLock, pods map[string]arbiter.PodState,
 	}
 	c.Override = overrideOf(bl)
 	c.Identity, c.CIIdentity = verifiedRequester(bl, verifiedSince)
+	// A workflow is verified when the verified CI identity's token named it
+	// (the claim-identity policy refuses any other spec.workflow).
+	c.WorkflowVerified = c.CIIdentity && bl.Spec.Workflow != "" && bl.Spec.Requester.Workflow == bl.Spec.Workflow
 	if bl.Spec.Timestamp != nil {
 		c.Timestamp = bl.Spec.Timestamp.Time
 	}

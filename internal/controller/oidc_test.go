@@ -216,7 +216,20 @@ var _ = Describe("CI identities from OIDC tokens", Ordered, func() {
 	It("stamps a claim with the CI identity's repository and run", func() {
 		Expect(shop.client().Create(ctx, newClaim(ci, "shop-42", claimOpts{target: target, repo: "acme/shop", build: 42}))).To(Succeed())
 		bl := expectPhase(ci, "shop-42", buildlockv1.PhaseHeld)
-		Expect(bl.Spec.Requester).To(Equal(&buildlockv1.Requester{Username: "github:acme/shop", Repository: "acme/shop", Run: "5005/1"}))
+		Expect(bl.Spec.Requester).To(Equal(&buildlockv1.Requester{Username: "github:acme/shop", Repository: "acme/shop", Run: "5005/1",
+			Workflow: "acme/shop/.github/workflows/deploy.yaml"}))
+		Expect(bl.Spec.Workflow).To(Equal("acme/shop/.github/workflows/deploy.yaml"), "the token's workflow, as the claim named none")
+	})
+
+	It("lets a CI identity claim for its token's workflow only (issue 31)", func() {
+		// (Another target: this Describe's specs share the target's lock.)
+		bl := newClaim(ci, "shop-43-x", claimOpts{target: "workflows", repo: "acme/shop", build: 43})
+		bl.Spec.Workflow = "x"
+		Expect(shop.client().Create(ctx, bl)).To(beRefusedWith("spec.workflow must be acme/shop/.github/workflows/deploy.yaml, not x",
+			"names workflow acme/shop/.github/workflows/deploy.yaml"))
+		bl.Spec.Workflow = "acme/shop/.github/workflows/deploy.yaml"
+		Expect(shop.client().Create(ctx, bl)).To(Succeed())
+		Expect(shop.client().Delete(ctx, bl)).To(Succeed())
 	})
 
 	It("refuses a claim for another repository than the token's, and says what to fix", func() {
@@ -301,7 +314,7 @@ var _ = Describe("CI identities from OIDC tokens", Ordered, func() {
 		Expect(sa.client().Create(ctx, newClaim(ci, "shop-as-sa", claimOpts{target: target, repo: "acme/shop", build: 50}))).To(Succeed())
 		bl := expectPhase(ci, "shop-as-sa", buildlockv1.PhaseSuperseded)
 		Expect(bl.Status.Reason).To(Equal(buildlockv1.ReasonLineOwnedByOther))
-		Expect(bl.Status.Message).To(ContainSubstring("its line belongs to github:acme/shop"))
+		Expect(bl.Status.Message).To(ContainSubstring("its branch acme/shop@main belongs to github:acme/shop"))
 	})
 })
 

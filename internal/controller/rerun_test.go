@@ -364,11 +364,16 @@ var _ = Describe("Claims written by the previous release", Ordered, func() {
 		Expect(lease.Annotations["buildlock.io/lines"]).NotTo(ContainSubstring(`"workflow"`), "claims without a workflow stay on the old line")
 	})
 
-	It("takes the new fields next to the old claims: a workflow is a line of its own", func() {
+	It("takes the new fields next to the old claims: a workflow is a line of its own, and one nothing verified is judged by the old line too", func() {
 		bl := newClaim(ci, "hotfix-2", claimOpts{repo: "acme/shop", build: 2, expiresAfter: time.Hour})
 		bl.Spec.Workflow = "acme/shop/.github/workflows/hotfix.yml"
 		Expect(admin.Create(ctx, bl)).To(Succeed())
-		Eventually(phase("hotfix-2")).Should(HaveField("Status.Phase", buildlockv1.PhaseWaiting))
-		Expect(strings.Contains(phase("hotfix-2")(Default).Status.Message, "Waiting for build 43 of acme/shop@main")).To(BeTrue())
+		Eventually(phase("hotfix-2")).Should(HaveField("Status.Phase", buildlockv1.PhaseSuperseded))
+		Expect(phase("hotfix-2")(Default).Status.Message).To(ContainSubstring("workflow acme/shop/.github/workflows/hotfix.yml is not verified"))
+		bl = newClaim(ci, "hotfix-44", claimOpts{repo: "acme/shop", build: 44, expiresAfter: time.Hour})
+		bl.Spec.Workflow = "acme/shop/.github/workflows/hotfix.yml"
+		Expect(admin.Create(ctx, bl)).To(Succeed())
+		Eventually(phase("hotfix-44")).Should(HaveField("Status.Phase", buildlockv1.PhaseWaiting))
+		Expect(strings.Contains(phase("hotfix-44")(Default).Status.Message, "Waiting for build 43 of acme/shop@main")).To(BeTrue())
 	})
 })

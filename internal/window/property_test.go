@@ -156,6 +156,8 @@ func reference(w Window, u time.Time) bool {
 		panic(err)
 	}
 	spec := parsed.(*cron.SpecSchedule)
+	fields := strings.Fields(w.Schedule)
+	days := dayRule{domStar: strings.HasPrefix(fields[2], "*"), dowStar: strings.HasPrefix(fields[4], "*")}
 	loc, err := location(w.TimeZone)
 	if err != nil {
 		panic(err)
@@ -176,23 +178,28 @@ func reference(w Window, u time.Time) bool {
 		}
 	}
 	for i, m := range minutes {
-		if firesAt(spec, loc, m) && shown[i+1].Before(walls[i].Add(w.Duration)) {
+		if firesAt(spec, days, loc, m) && shown[i+1].Before(walls[i].Add(w.Duration)) {
 			return true
 		}
 	}
 	return false
 }
 
+// dayRule is Vixie cron's rule for the day fields of a schedule: whether
+// each one's text starts with '*' (then both must match; else one
+// suffices).
+type dayRule struct{ domStar, dowStar bool }
+
 // firesAt says whether spec fires at instant m in loc: the clocks show a
 // time it names, or m is a skip forward over one.
-func firesAt(spec *cron.SpecSchedule, loc *time.Location, m time.Time) bool {
-	if names(spec, m.In(loc)) {
+func firesAt(spec *cron.SpecSchedule, days dayRule, loc *time.Location, m time.Time) bool {
+	if names(spec, days, m.In(loc)) {
 		return true
 	}
 	_, before := m.Add(-time.Nanosecond).In(loc).Zone()
 	_, after := m.In(loc).Zone()
 	for skipped := wall(m, before); skipped.Before(wall(m, after)); skipped = skipped.Add(time.Minute) {
-		if names(spec, skipped) {
+		if names(spec, days, skipped) {
 			return true
 		}
 	}
@@ -200,16 +207,16 @@ func firesAt(spec *cron.SpecSchedule, loc *time.Location, m time.Time) bool {
 }
 
 // names says whether spec names the wall-clock time of c (its fields as
-// its zone shows them), as cron reads day of month and day of week: both
-// must match when either is *, one suffices otherwise.
-func names(spec *cron.SpecSchedule, c time.Time) bool {
-	const star = 1 << 63
+// its zone shows them), as Vixie cron reads day of month and day of week:
+// both must match when either field's text starts with '*', one suffices
+// otherwise.
+func names(spec *cron.SpecSchedule, days dayRule, c time.Time) bool {
 	bit := func(set uint64, v int) bool { return set&(1<<uint(v)) != 0 }
 	if c.Second() != 0 || !bit(spec.Minute, c.Minute()) || !bit(spec.Hour, c.Hour()) || !bit(spec.Month, int(c.Month())) {
 		return false
 	}
 	dom, dow := bit(spec.Dom, c.Day()), bit(spec.Dow, int(c.Weekday()))
-	if spec.Dom&star != 0 || spec.Dow&star != 0 {
+	if days.domStar || days.dowStar {
 		return dom && dow
 	}
 	return dom || dow
@@ -359,7 +366,7 @@ func TestReferenceFindsEveryFire(t *testing.T) {
 		loc, _ := time.LoadLocation(c.zone)
 		var want []string
 		for m := rfc(t, c.from); m.Before(rfc(t, c.to)); m = m.Add(time.Minute) {
-			if firesAt(parsed.(*cron.SpecSchedule), loc, m) {
+			if firesAt(parsed.(*cron.SpecSchedule), dayRule{domStar: true, dowStar: true}, loc, m) {
 				want = append(want, m.In(loc).Format(time.RFC3339))
 			}
 		}

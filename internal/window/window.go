@@ -283,6 +283,15 @@ func parseSchedule(s string) (*cron.SpecSchedule, error) {
 		return nil, fmt.Errorf("schedule %q is not a cron expression", s)
 	}
 	spec.Location = time.UTC
+	// Vixie cron's day rule: when both day fields are restricted, a day
+	// matching either is enough; but a field whose text starts with '*'
+	// (*/2, *,10) counts as unrestricted, so that both must match: "0 0 */2
+	// * MON" fires on the odd days that are Mondays (cronie does the same).
+	// robfig's parser decides by the parts of the list instead (a '*'
+	// without a step anywhere in it); its dayMatches reads the star bit
+	// set here.
+	fields := strings.Fields(s)
+	spec.Dom, spec.Dow = vixieStar(spec.Dom, fields[2]), vixieStar(spec.Dow, fields[4])
 	// A five-field schedule repeats at the latest every eight years (29
 	// February, across a century year that is not a leap year); robfig's
 	// Next looks five years ahead, so two looks cover it.
@@ -290,6 +299,19 @@ func parseSchedule(s string) (*cron.SpecSchedule, error) {
 		return nil, fmt.Errorf("schedule %q never fires: no date has the day of month and month it names", s)
 	}
 	return spec, nil
+}
+
+// starBit marks a day field of a cron.SpecSchedule as unrestricted for the
+// day rule (robfig/cron's own, unexported, value).
+const starBit = 1 << 63
+
+// vixieStar returns the bits of a day field whose text is field, marked
+// unrestricted exactly when the text starts with '*'.
+func vixieStar(bits uint64, field string) uint64 {
+	if strings.HasPrefix(field, "*") {
+		return bits | starBit
+	}
+	return bits &^ starBit
 }
 
 // neverFiresFrom is where parseSchedule looks whether a schedule fires.

@@ -431,3 +431,34 @@ func TestBudget(t *testing.T) {
 		t.Fatalf("got %+v, want open with no change within the look-ahead", s)
 	}
 }
+
+// TestTheDayRuleIsVixieCrons (issue 31): when both day fields are
+// restricted, a day matching either is enough; but, as in Vixie cron and
+// cronie, a day field that starts with '*' counts as unrestricted, so that
+// "0 0 */2 * MON" fires on the odd days that are Mondays, not on every odd
+// day and every Monday. Its days in December 2026 (Mondays: 7, 14, 21, 28):
+func TestTheDayRuleIsVixieCrons(t *testing.T) {
+	days := func(fires []string) string {
+		var out []string
+		for _, f := range fires {
+			out = append(out, strings.TrimLeft(f[8:10], "0"))
+		}
+		return strings.Join(out, ",")
+	}
+	for schedule, want := range map[string]string{
+		"0 0 */2 * MON":    "7,21",                                                                                // starts with '*': odd days that are Mondays
+		"0 0 */2 * 1-2":    "1,7,15,21,29",                                                                        // odd Mondays and Tuesdays
+		"0 0 1-31/2 * MON": "1,3,5,7,9,11,13,14,15,17,19,21,23,25,27,28,29,31",                                    // a range, not '*': odd days or Mondays
+		"0 0 1,15 * MON":   "1,7,14,15,21,28",                                                                     // both restricted: either
+		"0 0 * * MON":      "7,14,21,28",                                                                          // day of month unrestricted
+		"0 0 1,15 * *":     "1,15",                                                                                // day of week unrestricted
+		"0 0 *,10 * MON":   "7,14,21,28",                                                                          // starts with '*': both must match
+		"0 0 10,* * MON":   "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31", // does not: either
+		"0 0 10 * */3":     "",                                                                                    // Thursday the 10th is no Sunday, Wednesday or Saturday
+	} {
+		got := days(firesBetween(t, schedule, "UTC", "2026-12-01T00:00:00Z", "2027-01-01T00:00:00Z"))
+		if got != want {
+			t.Errorf("%q fires in December 2026 on %q, want %q", schedule, got, want)
+		}
+	}
+}

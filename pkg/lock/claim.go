@@ -131,8 +131,8 @@ func (c Claim) validateBuild() []error {
 		errs = append(errs, errors.New("branch must not be empty"))
 	case n > buildlockv1.MaxBranchLength:
 		errs = append(errs, fmt.Errorf("branch must be at most %d characters, not %d", buildlockv1.MaxBranchLength, n))
-	case !branchPattern.MatchString(c.Branch):
-		errs = append(errs, fmt.Errorf("branch %q must not contain control characters or Unicode bidirectional overrides", c.Branch))
+	case buildlockv1.TextError("spec.branch", c.Branch) != nil:
+		errs = append(errs, buildlockv1.TextError("spec.branch", c.Branch)) // the API server's words
 	}
 	if c.Build < 1 || c.Build > buildlockv1.MaxBuild {
 		errs = append(errs, fmt.Errorf("build must be a build number from 1 to %d, not %d", int64(buildlockv1.MaxBuild), c.Build))
@@ -140,8 +140,8 @@ func (c Claim) validateBuild() []error {
 	switch n := utf8.RuneCountInString(c.Workflow); {
 	case n > buildlockv1.MaxWorkflowLength:
 		errs = append(errs, fmt.Errorf("workflow must be at most %d characters, not %d", buildlockv1.MaxWorkflowLength, n))
-	case c.Workflow != "" && !branchPattern.MatchString(c.Workflow):
-		errs = append(errs, fmt.Errorf("workflow %q must not contain control characters or Unicode bidirectional overrides", c.Workflow))
+	case buildlockv1.TextError("spec.workflow", c.Workflow) != nil:
+		errs = append(errs, buildlockv1.TextError("spec.workflow", c.Workflow))
 	}
 	if c.Rollback != nil {
 		if err := validateText(c.Rollback.Reason, buildlockv1.MaxRollbackReasonLength); err != nil {

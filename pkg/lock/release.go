@@ -147,8 +147,8 @@ func validateText(text string, limit int) error {
 		return errors.New("say why")
 	case n > limit:
 		return fmt.Errorf("%d characters, more than the %d allowed", n, limit)
-	case !branchPattern.MatchString(text):
-		return errors.New("it must not contain control characters (newlines, tabs, escape sequences)")
+	case buildlockv1.TextError("it", text) != nil:
+		return buildlockv1.TextError("it", text) // the API server's words
 	}
 	return nil
 }

@@ -36,15 +36,15 @@ const (
 	msgExpiresAfterBounds = "spec.expiresAfter must be a duration between 10s and 24h, for example 30m"
 	msgExpiresAfterPod    = "spec.expiresAfter applies only to claims without spec.podRef"
 	msgTime               = "must be an RFC 3339 time such as 2026-11-30T22:45:00Z"
-	msgBranch             = "spec.branch must not contain control characters"
+	msgBranch             = "spec.branch must not contain invisible, bidirectional or control characters"
 	msgRenewForward       = "spec.renewTime may only move forward: set it to the current time, never earlier than its last value, and never remove it"
 	msgTarget             = "spec.target must be a namespace name: lower-case letters, digits and '-'"
 	msgRepo               = "spec.repo must be owner/name (GitLab: group/subgroup/name)"
 	msgPodName            = "spec.podRef.name must be the name of a pod in this BuildLock's namespace"
 	msgPodUID             = "spec.podRef.uid must be the pod's metadata.uid, a UUID"
-	msgWorkflow           = "spec.workflow must not contain control characters"
+	msgWorkflow           = "spec.workflow must not contain invisible, bidirectional or control characters"
 	msgRollbackBlank      = "spec.rollback.reason must say why the build rolls back"
-	msgRollbackText       = "spec.rollback.reason must not contain control characters"
+	msgRollbackText       = "spec.rollback.reason must not contain invisible, bidirectional or control characters"
 )
 
 // msgImmutable is the CEL message of every spec field but renewTime.

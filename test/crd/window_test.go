@@ -40,7 +40,7 @@ const (
 	msgHolderDeny     = "holder: Release applies only to Deny windows"
 	msgFrozenBy       = "frozenBy marks an ad-hoc freeze"
 	msgUniqueNames    = "the names of spec.windows must be unique"
-	msgWindowReason   = "a window's reason must not contain control characters"
+	msgWindowReason   = "a window reason must not contain invisible, bidirectional or control characters"
 )
 
 // weekend is a valid recurring Deny window.

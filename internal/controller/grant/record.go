@@ -74,6 +74,8 @@ type lineRecord struct {
 	OwnerCI bool `json:"ownerCI,omitempty"`
 	// Token: the grant's fencing token (arbiter.LineRecord.Token).
 	Token int64 `json:"token,omitempty"`
+	// Started: when the granted build started (arbiter.LineRecord.Started).
+	Started time.Time `json:"started,omitzero"`
 }
 
 // endingRecord is how Grant.Ended is written in endedAnnotation.
@@ -184,7 +186,7 @@ func setGrantAnnotations(lease *coordinationv1.Lease, grant arbiter.Grant) error
 		records := make([]lineRecord, len(grant.Lines))
 		for i, r := range grant.Lines {
 			records[i] = lineRecord{Repo: r.Repo, Branch: r.Branch, Workflow: r.Workflow, Build: r.Build, HeldAt: r.HeldAt.UTC(),
-				Owner: r.Owner, OwnerCI: r.OwnerCI, Since: r.Since.UTC(), Token: r.Token}
+				Owner: r.Owner, OwnerCI: r.OwnerCI, Since: r.Since.UTC(), Token: r.Token, Started: r.Started.UTC()}
 		}
 		s, err := encodeUnescaped(records)
 		if err != nil {
@@ -255,7 +257,7 @@ func FromLease(lease *coordinationv1.Lease) arbiter.Grant {
 	if s := lease.Annotations[linesAnnotation]; s != "" && json.Unmarshal([]byte(s), &records) == nil {
 		for _, r := range records {
 			g.Lines = append(g.Lines, arbiter.LineRecord{Repo: r.Repo, Branch: r.Branch, Workflow: r.Workflow, Build: r.Build,
-				HeldAt: r.HeldAt, Owner: r.Owner, OwnerCI: r.OwnerCI, Since: r.Since, Token: r.Token})
+				HeldAt: r.HeldAt, Owner: r.Owner, OwnerCI: r.OwnerCI, Since: r.Since, Token: r.Token, Started: r.Started})
 		}
 	}
 	var entries []buildlockv1.AuditEntry
