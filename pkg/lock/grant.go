@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
@@ -77,10 +78,11 @@ type grantSeen struct {
 	// tokens holds, per holder identity ("" for nobody), the highest token
 	// of the operator's versions of the Lease that named it.
 	tokens map[string]int64
-	// floor is the namespace's token floor read before the Lease was
-	// first seen; floorKnown says it was read (and is the operator's).
+	// floor is the namespace's token floor as it was when the Lease was
+	// first listed (at listRV); floorKnown says it is known.
 	floor      int64
 	floorKnown bool
+	listRV     string
 	// current is the latest version, nil while there is none.
 	current *coordinationv1.Lease
 	// away is set once a version that does not name me, or the Lease's
@@ -133,19 +135,42 @@ func (g *grantSeen) moveAway(why string) {
 	}
 }
 
-// listed marks the end of the first list (the feed synced): with nothing
-// observed, there was no Lease.
-func (g *grantSeen) listed() {
+// listed marks the end of the first list (the feed synced), taken at
+// resourceVersion rv: with nothing observed, there was no Lease.
+func (g *grantSeen) listed(rv string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.started = true
+	g.started, g.listRV = true, rv
 }
 
-// setFloor records the namespace's token floor, read before the first
-// list.
-func (g *grantSeen) setFloor(floor int64) {
+// needsFloor reports whether the first list showed no Lease of the
+// operator's: a grant will come from a Lease created since, whose token
+// is above the namespace's floor.
+func (g *grantSeen) needsFloor() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	return g.started && !g.firstOperator
+}
+
+// setFloor records the namespace's token floor as a read returned it:
+// floor, the floor Lease's resourceVersion ("" when there was none). A
+// floor read alongside the first list is what the floor was then when the
+// Lease was last written at or before the list's snapshot (resource
+// versions of one resource are ordered); none, or one read before, is a
+// lower bound of it, which serves as well (the floor only rises). One
+// written after the snapshot may have been raised for a Lease created
+// since, and is no bound at all: it is left unknown.
+func (g *grantSeen) setFloor(floor int64, rv string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if rv != "" {
+		if g.listRV == "" {
+			return // not listed in list mode: nothing to compare with
+		}
+		if cmp, err := resourceversion.CompareResourceVersion(rv, g.listRV); err != nil || cmp > 0 {
+			return
+		}
+	}
 	g.floor, g.floorKnown = floor, true
 }
 
@@ -224,24 +249,28 @@ func grantFeed(c client.Reader, namespace, target string, g *grantSeen, onError 
 	f := &feed{kind: "Leases", selector: byName(buildlockv1.GrantLeaseName(target)), example: &coordinationv1.Lease{},
 		newList:  func() client.ObjectList { return &coordinationv1.LeaseList{} },
 		optional: "learning of the grant from the claim's status only"}
-	f.before = func(ctx context.Context) error {
-		floor, err := readTokenFloor(ctx, c, namespace)
+	f.listMode = true
+	f.listed = g.listed
+	f.alongside = func(ctx context.Context, kick func()) {
+		if !g.needsFloor() {
+			return
+		}
+		floor, rv, err := readTokenFloor(ctx, c, namespace)
 		switch {
 		case apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err):
-			return err // the Leases cannot be read at all: the feed is dropped
-		case err != nil:
+			// The feed is dropped: the Leases cannot be read at all.
+		case err != nil && ctx.Err() == nil:
 			onError(fmt.Errorf("%w; a grant Lease created from now on is not trusted, the claim's status says when it holds", err))
-		default:
-			g.setFloor(floor)
+		case err == nil:
+			g.setFloor(floor, rv)
+			kick()
 		}
-		return nil
 	}
 	f.observe = func(obj runtime.Object, deleted, initial bool) {
 		if lease, ok := obj.(*coordinationv1.Lease); ok {
 			g.observe(lease, deleted, initial)
 		}
 	}
-	f.listed = g.listed
 	return f
 }
 
@@ -249,20 +278,19 @@ func grantFeed(c client.Reader, namespace, target string, g *grantSeen, onError 
 var errFloorNotOperators = fmt.Errorf("the token floor Lease %s does not carry the label %s=%s",
 	buildlockv1.TokenFloorLeaseName, buildlockv1.ManagedByLabel, buildlockv1.ManagedByValue)
 
-// readTokenFloor reads the namespace's token floor: 0 when there is none
-// (no token was ever issued there, or it was deleted and the operator has
-// not restored it yet: a Lease created then starts above the highest
-// token the operator remembers, which is not less).
-func readTokenFloor(ctx context.Context, c client.Reader, namespace string) (int64, error) {
+// readTokenFloor reads the namespace's token floor and its Lease's
+// resourceVersion: 0 and "" when there is none (no token was ever issued
+// there, or it was deleted: 0 is a lower bound of every floor).
+func readTokenFloor(ctx context.Context, c client.Reader, namespace string) (floor int64, rv string, err error) {
 	var lease coordinationv1.Lease
-	err := c.Get(ctx, types.NamespacedName{Namespace: namespace, Name: buildlockv1.TokenFloorLeaseName}, &lease)
+	err = c.Get(ctx, types.NamespacedName{Namespace: namespace, Name: buildlockv1.TokenFloorLeaseName}, &lease)
 	switch {
 	case apierrors.IsNotFound(err):
-		return 0, nil
+		return 0, "", nil
 	case err != nil:
-		return 0, fmt.Errorf("reading the token floor of namespace %s: %w", namespace, err)
+		return 0, "", fmt.Errorf("reading the token floor of namespace %s: %w", namespace, err)
 	case !buildlockv1.OperatorLease(&lease):
-		return 0, fmt.Errorf("reading the token floor of namespace %s: %w", namespace, errFloorNotOperators)
+		return 0, "", fmt.Errorf("reading the token floor of namespace %s: %w", namespace, errFloorNotOperators)
 	}
-	return buildlockv1.GrantToken(&lease), nil
+	return buildlockv1.GrantToken(&lease), lease.ResourceVersion, nil
 }

@@ -50,6 +50,9 @@ func TestTheClientTrustsOnlyAGrantItSawTheOperatorMake(t *testing.T) {
 		initial []version // the first list: at most one Lease
 		then    []version
 		floor   int64 // the namespace's token floor; -1: could not be read
+		// floorRV is the floor Lease's resourceVersion as read alongside
+		// the first list, taken at resourceVersion 100 ("": none).
+		floorRV string
 		others  int64 // the highest token the lock's other claims show
 		want    int64 // the token trusted, 0 for none
 	}{
@@ -92,6 +95,15 @@ func TestTheClientTrustsOnlyAGrantItSawTheOperatorMake(t *testing.T) {
 		"a new Lease when the floor could not be read": {
 			floor: -1, then: []version{op(me, 201)},
 		},
+		"a new Lease, the floor last written before the first list": {
+			floor: 200, floorRV: "99", then: []version{op(me, 201)}, want: 201,
+		},
+		"a new Lease, the floor written after the first list (for that Lease, maybe)": {
+			floor: 300, floorRV: "101", then: []version{op(me, 201)},
+		},
+		"a new Lease, no floor when it was read": {
+			then: []version{op(me, 1)}, want: 1,
+		},
 		"a Lease that already named the claim when first seen": {
 			initial: []version{op(me, 7)},
 		},
@@ -107,13 +119,13 @@ func TestTheClientTrustsOnlyAGrantItSawTheOperatorMake(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			g := newGrantSeen()
-			if tc.floor >= 0 {
-				g.setFloor(tc.floor)
-			}
 			for _, v := range tc.initial {
 				g.observe(v.lease(), v.deleted, true)
 			}
-			g.listed()
+			g.listed("100")
+			if tc.floor >= 0 {
+				g.setFloor(tc.floor, tc.floorRV)
+			}
 			for _, v := range tc.then {
 				g.observe(v.lease(), v.deleted, false)
 			}
@@ -152,7 +164,7 @@ func TestAHolderSeesItsGrantMoveAway(t *testing.T) {
 			for _, v := range tc.initial {
 				g.observe(v.lease(), v.deleted, true)
 			}
-			g.listed()
+			g.listed("100")
 			for _, v := range tc.then {
 				g.observe(v.lease(), v.deleted, false)
 			}

@@ -122,7 +122,7 @@ func (h *Hold) WaitLost(ctx context.Context) error {
 	grants := newGrantSeen()
 	grants.hold(buildlockv1.GrantHolderIdentity(h.Name, h.UID))
 	lease := grantFeed(h.c, h.Namespace, h.BuildLock.Spec.Target, grants, h.onError)
-	lease.before = nil // the floor matters only to a claim that waits
+	lease.alongside = nil // the floor matters only to a claim that waits
 	w := newWatcher(h.c, h.Namespace, h.onError, claim, lease)
 
 	confirmed := !h.byLease

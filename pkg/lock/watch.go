@@ -30,18 +30,26 @@ type feed struct {
 	// the watch does without. A required feed that may not be read ends the
 	// watch.
 	optional string
-	// before, if set, runs once, before the feed's first list (or
-	// watch-list): what it reads is older than anything the feed shows.
-	// Its error fails that list.
-	before func(context.Context) error
+	// listMode makes the informer list and then watch, rather than stream
+	// its first list on a watch (client-go's WatchListClient): a list says
+	// the resourceVersion of its snapshot, which listed then receives.
+	listMode bool
+	// alongside, if set, runs once, on a goroutine of its own, after the
+	// first list (and listed): a read that the list may call for. kick
+	// makes the watcher decide again when it is done; ctx ends with the
+	// watch.
+	alongside func(ctx context.Context, kick func())
 	// observe, if set, is called with every version of an object the feed
 	// delivers, in order (deleted: the object is gone; initial: it comes
 	// from the first list), before the watch decides again: a decision sees
 	// the latest state only, observe sees each state.
 	observe func(obj runtime.Object, deleted, initial bool)
-	// listed, if set, is called when the first list has been delivered.
-	listed func()
+	// listed, if set, is called when the first list has been delivered,
+	// with its resourceVersion ("" unless listMode).
+	listed func(resourceVersion string)
+	listRV string // the first list's resourceVersion, once listed
 
+	mu      sync.Mutex
 	store   cache.Store
 	synced  cache.DoneChecker
 	stop    context.CancelCauseFunc
@@ -164,22 +172,9 @@ func (w *watcher) start(ctx context.Context, fail context.CancelCauseFunc, f *fe
 			w.kick()
 		})
 	}
-	var before sync.Once
-	runBefore := func(ctx context.Context) (err error) {
-		before.Do(func() {
-			if f.before != nil {
-				err = f.before(ctx)
-			}
-		})
-		return err
-	}
-	lw := &cache.ListWatch{
+	var lw cache.ListerWatcher = &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			list := f.newList()
-			if err := runBefore(ctx); err != nil {
-				report("listing", err)
-				return list, err
-			}
 			opts.FieldSelector = f.selector.String()
 			if opts.ResourceVersion == "0" {
 				// "0" may be served from a cache older than the claim this
@@ -188,13 +183,16 @@ func (w *watcher) start(ctx context.Context, fail context.CancelCauseFunc, f *fe
 			}
 			err := w.c.List(ctx, list, &client.ListOptions{Namespace: w.namespace, Raw: &opts})
 			report("listing", err)
+			if err == nil {
+				f.mu.Lock()
+				if f.listRV == "" {
+					f.listRV = list.GetResourceVersion()
+				}
+				f.mu.Unlock()
+			}
 			return list, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			if err := runBefore(ctx); err != nil {
-				report("watching", err)
-				return nil, err
-			}
 			opts.FieldSelector = f.selector.String()
 			wi, err := w.c.Watch(ctx, f.newList(), &client.ListOptions{Namespace: w.namespace, Raw: &opts})
 			report("watching", err)
@@ -215,6 +213,9 @@ func (w *watcher) start(ctx context.Context, fail context.CancelCauseFunc, f *fe
 	// The informer's queue (client-go's RealFIFO, in order) reports its
 	// sync only once the first list's objects are in the store and their
 	// handlers have run.
+	if f.listMode {
+		lw = listThenWatch{lw.(*cache.ListWatch)}
+	}
 	store, informer := cache.NewInformerWithOptions(cache.InformerOptions{
 		ListerWatcher: lw, ObjectType: f.example,
 		Handler: cache.ResourceEventHandlerDetailedFuncs{
@@ -229,13 +230,26 @@ func (w *watcher) start(ctx context.Context, fail context.CancelCauseFunc, f *fe
 		select {
 		case <-f.synced.Done():
 			if f.listed != nil {
-				f.listed()
+				f.mu.Lock()
+				rv := f.listRV
+				f.mu.Unlock()
+				f.listed(rv)
+			}
+			if f.alongside != nil {
+				wg.Go(func() { f.alongside(fctx, w.kick) })
 			}
 			w.kick()
 		case <-fctx.Done():
 		}
 	})
 }
+
+// listThenWatch is a ListWatch that the reflector lists and then
+// watches (client-go's way to tell a reflector that a lister-watcher does
+// not support streaming lists).
+type listThenWatch struct{ *cache.ListWatch }
+
+func (listThenWatch) IsWatchListSemanticsUnSupported() bool { return true }
 
 // watchClaims watches the BuildLocks of namespace that selector picks
 // until changed says done or fails; see watcher.
