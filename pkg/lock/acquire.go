@@ -191,6 +191,9 @@ func AcquireHold(ctx context.Context, c client.WithWatch, claim Claim, opts ...O
 	w.claimed(bl)
 	err = <-watched
 	if err == nil {
+		if err := p.flush(); err != nil {
+			o.onError(err)
+		}
 		// Renewed from the grant on: a waiting or pending claim has no
 		// expiry of its own (a hold counts from its grant), so renewing it
 		// would cost the API server a status write per renewal for nothing.
@@ -320,10 +323,10 @@ func (n *namer) claimName(ctx context.Context, name string) (*buildlockv1.BuildL
 	c, claim := n.c, n.claim
 	// The name can change hands between each step; a few rounds settle it.
 	for range 5 {
-		// The secret is saved before the claim exists, so that a process that
-		// dies right after creating it can still prove it is its own.
+		// The secret is written before the claim exists, so that a process
+		// that dies right after creating it can still prove it is its own.
 		n.p.renew(name)
-		if err := n.p.save(); err != nil {
+		if err := n.p.writeSyncing(); err != nil {
 			n.o.onError(err)
 		}
 		bl := claim.BuildLock()
@@ -334,10 +337,10 @@ func (n *namer) claimName(ctx context.Context, name string) (*buildlockv1.BuildL
 		bl.Annotations[buildlockv1.RunProofAnnotation] = n.p.annotation()
 		err := c.Create(ctx, bl)
 		if err == nil {
+			// The UID narrows the proof (proof.proves), in memory: the file
+			// proves the claim by its secret and name alone, and writing it
+			// again would delay the grant by a sync.
 			n.p.state.UID = bl.UID
-			if err := n.p.save(); err != nil {
-				n.o.onError(err)
-			}
 			return bl, false, nil
 		}
 		if !apierrors.IsAlreadyExists(err) {
