@@ -26,6 +26,29 @@ import (
 // record"); a Lease of that name that buildlock did not create is never
 // taken over (reason ForeignLease).
 
+// The label that marks the operator's Leases (the grant Leases and the
+// token floor) and the name of the namespace's token floor. The default
+// install's admission policy buildlock-grant-leases lets only the operator
+// write a Lease that carries this label, or give or take it: a Lease with
+// it was written by the operator (or a cluster's break-glass credentials).
+const (
+	ManagedByLabel = "app.kubernetes.io/managed-by"
+	ManagedByValue = "buildlock"
+	// TokenFloorLeaseName names the Lease, one per namespace, whose
+	// spec.leaseTransitions is at least every fencing token issued in the
+	// namespace. A grant Lease created later starts above it. No target's
+	// grant Lease can have this name (it has a dot).
+	TokenFloorLeaseName = "buildlock.token-floor"
+)
+
+// OperatorLease reports whether lease carries the label of the operator's
+// Leases (ManagedByLabel). What that proves depends on the install: with
+// the admission policy buildlock-grant-leases, that the operator wrote
+// it; without, nothing.
+func OperatorLease(lease *coordinationv1.Lease) bool {
+	return lease != nil && lease.Labels[ManagedByLabel] == ManagedByValue
+}
+
 // GrantLeaseName is the name of the grant Lease of target. Targets are
 // DNS-1123 labels of at most 63 characters, so the name is always a valid
 // object name.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -59,10 +60,15 @@ type options struct {
 	renewInterval time.Duration
 	renewDeadline time.Duration
 	failIfFrozen  bool
+	// confirmWithin is GrantConfirmTimeout, shorter in tests.
+	confirmWithin time.Duration
+	// watching, if set, is called once Acquire's watches have listed (for
+	// tests that must act after that).
+	watching func()
 }
 
 func newOptions(opts []Option) options {
-	o := options{observe: func(Event) {}, onError: func(error) {}}
+	o := options{observe: func(Event) {}, onError: func(error) {}, confirmWithin: GrantConfirmTimeout}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -70,8 +76,8 @@ func newOptions(opts []Option) options {
 }
 
 // WithObserver calls f with the claim when it is created or attached to, and
-// whenever it or its place in the queue changes while it waits. f runs on
-// Acquire's goroutine and must not block.
+// whenever it or its place in the queue changes while it waits. f is called
+// from one goroutine at a time, while Acquire runs, and must not block.
 func WithObserver(f func(Event)) Option {
 	return func(o *options) { o.observe = f }
 }
@@ -162,8 +168,18 @@ func AcquireHold(ctx context.Context, c client.WithWatch, claim Claim, opts ...O
 		o.onError(fmt.Errorf("keeping the claim's proof in memory only: %w", err))
 		p = &proof{}
 	}
+	// The watch of the lock starts first, and lists while the claim is
+	// created.
+	w := newWaiter(c, claim, &o)
+	watchCtx, stopWatching := context.WithCancelCause(ctx)
+	defer stopWatching(nil)
+	watched := make(chan error, 1)
+	go func() { watched <- w.wait(watchCtx) }()
+
 	bl, attached, err := createOrAttach(ctx, c, claim, p, o)
 	if err != nil {
+		stopWatching(nil)
+		<-watched
 		p.close()
 		return nil, err
 	}
@@ -172,10 +188,12 @@ func AcquireHold(ctx context.Context, c client.WithWatch, claim Claim, opts ...O
 	} else {
 		o.observe(Event{Type: EventCreated, BuildLock: bl.DeepCopy()})
 	}
-
-	w := &waiter{o: &o, bl: bl, last: bl}
-	token, err := w.wait(ctx, c)
+	w.claimed(bl)
+	err = <-watched
 	if err == nil {
+		if err := p.flush(); err != nil {
+			o.onError(err)
+		}
 		// Renewed from the grant on: a waiting or pending claim has no
 		// expiry of its own (a hold counts from its grant), so renewing it
 		// would cost the API server a status write per renewal for nothing.
@@ -187,8 +205,9 @@ func AcquireHold(ctx context.Context, c client.WithWatch, claim Claim, opts ...O
 		}
 		return &Hold{
 			Namespace: w.last.Namespace, Name: w.last.Name, UID: w.last.UID,
-			Token: token, BuildLock: w.last,
+			Token: w.token, BuildLock: w.last,
 			c: c, onError: o.onError, renewer: r, proof: p,
+			byLease: w.byLease && !w.statusOK, grantedAt: w.grantAt, confirmWithin: o.confirmWithin,
 		}, nil
 	}
 	if errors.Is(err, ErrSuperseded) || errors.Is(err, ErrEnded) {
@@ -304,10 +323,10 @@ func (n *namer) claimName(ctx context.Context, name string) (*buildlockv1.BuildL
 	c, claim := n.c, n.claim
 	// The name can change hands between each step; a few rounds settle it.
 	for range 5 {
-		// The secret is saved before the claim exists, so that a process that
-		// dies right after creating it can still prove it is its own.
+		// The secret is written before the claim exists, so that a process
+		// that dies right after creating it can still prove it is its own.
 		n.p.renew(name)
-		if err := n.p.save(); err != nil {
+		if err := n.p.writeSyncing(); err != nil {
 			n.o.onError(err)
 		}
 		bl := claim.BuildLock()
@@ -318,10 +337,10 @@ func (n *namer) claimName(ctx context.Context, name string) (*buildlockv1.BuildL
 		bl.Annotations[buildlockv1.RunProofAnnotation] = n.p.annotation()
 		err := c.Create(ctx, bl)
 		if err == nil {
+			// The UID narrows the proof (proof.proves), in memory: the file
+			// proves the claim by its secret and name alone, and writing it
+			// again would delay the grant by a sync.
 			n.p.state.UID = bl.UID
-			if err := n.p.save(); err != nil {
-				n.o.onError(err)
-			}
 			return bl, false, nil
 		}
 		if !apierrors.IsAlreadyExists(err) {
@@ -394,67 +413,101 @@ func verdict(bl *buildlockv1.BuildLock) (done bool, outcome error) {
 }
 
 // waiter follows one claim, and its place among its lock's claims, until
-// its verdict.
+// its verdict. Its watch starts before the claim is created (see wait).
 type waiter struct {
-	o     *options
-	bl    *buildlockv1.BuildLock // the claim as created or attached to
-	last  *buildlockv1.BuildLock // the latest version seen
-	place *Place                 // the latest place seen
+	o      *options
+	claims *feed      // the lock's claims
+	grants *grantSeen // what the grant Lease showed
+	lease  *feed      // the grant Lease; nil without one
+	w      *watcher
+
+	mu sync.Mutex
+	bl *buildlockv1.BuildLock // the claim as created or attached to; nil until then
+	// seen holds the UIDs of the claims the watch has shown, so that a
+	// claim missing from the store is known to be deleted only once it
+	// was there (the watch may show it after its create returns).
+	seen map[types.UID]bool
+
+	last     *buildlockv1.BuildLock // the latest version seen
+	place    *Place                 // the latest place seen
+	token    int64                  // the hold's token, once held
+	byLease  bool                   // held by the grant Lease, before the status said so
+	grantAt  time.Time              // when the hold was learned
+	statusOK bool                   // the status said Held with the token
+}
+
+// newWaiter prepares the watch of claim's lock: its claims and its grant
+// Lease (with the namespace's token floor read before the Lease is first
+// listed), so that it can start before the claim is created.
+func newWaiter(c client.WithWatch, claim Claim, o *options) *waiter {
+	w := &waiter{o: o, grants: newGrantSeen(), seen: map[types.UID]bool{}}
+	w.claims = claimsFeed(byTarget(claim.Target))
+	w.claims.observe = func(obj runtime.Object, deleted, _ bool) {
+		if bl, ok := obj.(*buildlockv1.BuildLock); ok && !deleted {
+			w.mu.Lock()
+			w.seen[bl.UID] = true
+			w.mu.Unlock()
+		}
+	}
+	w.lease = grantFeed(c, claim.Namespace, claim.Target, w.grants, o.onError)
+	w.w = newWatcher(c, claim.Namespace, o.onError, w.claims, w.lease)
+	return w
+}
+
+// claimed gives the waiter its claim, created or attached to.
+func (w *waiter) claimed(bl *buildlockv1.BuildLock) {
+	w.mu.Lock()
+	w.bl, w.last = bl, bl
+	w.mu.Unlock()
+	w.w.kick()
 }
 
 // wait watches the claim, with its lock's other claims, and the lock's
 // grant Lease until the verdict, and returns the hold's fencing token when
-// it holds. The claim holds as soon as the grant Lease names it: the
-// operator writes the grant first and the holder's status after it, so the
-// Lease says so one write earlier than the status, and every later verdict
-// on the claim is derived from that grant. Every other verdict comes from
-// the claim's status. A client that may not read Leases (a pipeline role
-// from before buildlock's pipelines could) learns of its grant from the
-// status alone, and says so once through the error handler.
-func (w *waiter) wait(ctx context.Context, c client.WithWatch) (token int64, err error) {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		token, err := watchGrant(ctx, c, w.bl, w.o.onError)
-		switch {
-		case err == nil:
-			cancel(&grantedError{token: token})
-		case ctx.Err() == nil:
-			w.o.onError(fmt.Errorf("learning of the grant from the claim's status only: %w", err))
-		}
-	})
-	err = watchClaims(ctx, c, w.bl.Namespace, byTarget(w.bl.Spec.Target), w.o.onError, w.changed)
-	cancel(nil)
-	wg.Wait()
-	var granted *grantedError
-	switch {
-	case err == nil:
-		return w.last.Status.FencingToken, nil
-	case errors.As(err, &granted):
-		return granted.token, nil
+// it holds. The watch starts before the claim is created (run it while
+// createOrAttach runs, and hand it the claim with claimed), so that the
+// claim's first verdict, and the grant Lease's first version that names
+// it, come as events on watches that are already open: nothing is listed
+// after the create, and nothing polls.
+//
+// The claim holds as soon as the grant Lease names it and the client can
+// tell that the operator wrote it (grantSeen.grant): the operator writes
+// the grant first and the holder's status after it, so the Lease says so
+// one write earlier than the status. Every other verdict comes from the
+// claim's status. A client that may not read Leases learns of its grant
+// from the status alone, and says so once through the error handler.
+func (w *waiter) wait(ctx context.Context) error {
+	return w.w.run(ctx, w.decide)
+}
+
+// decide decides on the lock's claims and grant Lease as the watch has
+// them.
+func (w *waiter) decide() (bool, error) {
+	if w.o.watching != nil {
+		w.o.watching()
+		w.o.watching = nil
 	}
-	return 0, err
-}
-
-// grantedError ends the watch of the claims when the grant Lease names the
-// claim first.
-type grantedError struct{ token int64 }
-
-func (e *grantedError) Error() string {
-	return fmt.Sprintf("the grant Lease names the claim, with fencing token %d", e.token)
-}
-
-// changed decides on the lock's claims as the watch's store has them.
-func (w *waiter) changed(store cache.Store) (bool, error) {
-	bl := claimIn(store, w.bl)
+	w.mu.Lock()
+	mine, seen := w.bl, w.seen
+	w.mu.Unlock()
+	if mine == nil {
+		return false, nil // not created yet
+	}
+	bl := claimIn(w.claims.store, mine)
 	if bl == nil {
-		return true, &EndedError{Namespace: w.bl.Namespace, Name: w.bl.Name, Reason: ReasonDeleted,
+		w.mu.Lock()
+		deleted := seen[mine.UID]
+		w.mu.Unlock()
+		if !deleted {
+			return false, nil // created, not shown by the watch yet
+		}
+		return true, &EndedError{Namespace: mine.Namespace, Name: mine.Name, Reason: ReasonDeleted,
 			Message: "The BuildLock was deleted while it waited for the lock."}
 	}
+	claims := claimsIn(w.claims.store)
 	var place *Place
 	if bl.Status.Phase == buildlockv1.PhaseWaiting {
-		place = placeOf(claimsIn(store), bl)
+		place = placeOf(claims, bl)
 	}
 	if bl.ResourceVersion != w.last.ResourceVersion || !samePlace(place, w.place) {
 		w.last, w.place = bl, place
@@ -463,7 +516,26 @@ func (w *waiter) changed(store cache.Store) (bool, error) {
 	if err := frozenVerdict(bl); err != nil && w.o.failIfFrozen {
 		return true, err
 	}
-	return verdict(bl)
+	if done, err := verdict(bl); done {
+		if err == nil {
+			w.token, w.statusOK, w.grantAt = bl.Status.FencingToken, true, time.Now()
+		}
+		return true, err
+	}
+	if !w.lease.active() {
+		return false, nil
+	}
+	var others int64
+	for _, c := range claims {
+		if c.UID != bl.UID {
+			others = max(others, c.Status.FencingToken)
+		}
+	}
+	if token, ok := w.grants.grant(buildlockv1.GrantHolderIdentity(bl.Name, bl.UID), others); ok {
+		w.token, w.byLease, w.grantAt = token, true, time.Now()
+		return true, nil
+	}
+	return false, nil
 }
 
 // claimsIn lists the BuildLocks of a store.

@@ -25,7 +25,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -305,6 +304,7 @@ func TestAcquireFollowsItsPlaceAndTheRunsOfItsBuild(t *testing.T) {
 		t.Errorf("a second run: %v, want ErrClaimedByAnotherRun naming %s", err, web.Name)
 	}
 
+	operatorGrant(t, c, ns, "staging", web, 6)
 	setStatus(t, c, web, held(6))
 	r := <-done
 	must(t, r.err)
@@ -403,19 +403,16 @@ func TestAcquireLearnsItsGrantFromTheLease(t *testing.T) {
 	web.Namespace, web.Name = ns, Name(claim)
 	waitFor(t, func() bool { return c.Get(ctx, client.ObjectKeyFromObject(web), web) == nil })
 
-	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: buildlockv1.GrantLeaseName("staging")}}
-	lease.Spec.HolderIdentity = ptr.To(buildlockv1.GrantHolderIdentity(web.Name, "a-deleted-claim-of-that-name"))
-	lease.Spec.LeaseTransitions = ptr.To(int32(8))
-	must(t, c.Create(ctx, lease))
+	deleted := web.DeepCopy()
+	deleted.UID = "a-deleted-claim-of-that-name"
+	operatorGrant(t, c, ns, "staging", deleted, 8)
 	select {
 	case r := <-done:
 		t.Fatalf("AcquireHold returned %+v, %v on a grant to another claim of its name", r.h, r.err)
 	case <-time.After(time.Second):
 	}
 
-	lease.Spec.HolderIdentity = ptr.To(buildlockv1.GrantHolderIdentity(web.Name, web.UID))
-	lease.Spec.LeaseTransitions = ptr.To(int32(9))
-	must(t, c.Update(ctx, lease))
+	operatorGrant(t, c, ns, "staging", web, 9)
 	r := <-done
 	must(t, r.err)
 	if r.h.Token != 9 || r.h.UID != web.UID {
@@ -711,10 +708,7 @@ func TestAWaitingClaimIsRenewedOnlyOnceGranted(t *testing.T) {
 		t.Fatalf("a waiting claim was renewed: renewTime %v, generation %d", bl.Spec.RenewTime, bl.Generation)
 	}
 
-	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: buildlockv1.GrantLeaseName("staging")}}
-	lease.Spec.HolderIdentity = ptr.To(buildlockv1.GrantHolderIdentity(bl.Name, bl.UID))
-	lease.Spec.LeaseTransitions = ptr.To(int32(1))
-	must(t, c.Create(ctx, lease))
+	operatorGrant(t, c, ns, "staging", bl, 1)
 	waitFor(t, func() bool { return c.Get(ctx, client.ObjectKeyFromObject(bl), bl) == nil && bl.Spec.RenewTime != nil })
 	cancel()
 	if err := <-done; err != nil {

@@ -44,7 +44,8 @@
 // claim. A claim that is not this job's under the claim's name does not
 // keep it out: Acquire claims under a fallback name that nobody can
 // predict. [AcquireHold] returns a [Hold], whose WaitLost tells a holder
-// that is still deploying when its claim was deleted or stopped holding.
+// that is still deploying when its claim was deleted or stopped holding, or
+// its grant moved.
 //
 // A claim without a pod is kept alive by this process: while it waits and
 // while it holds, a goroutine bumps spec.renewTime ([Renew]) every third of
@@ -60,12 +61,20 @@
 // its UID (write.go), so that it never lands on a newer claim of the same
 // name.
 //
-// Watching uses client-go's tools/watch (UntilWithSync, as `kubectl wait`
-// does): an informer on the claim's lock that re-lists when its watch falls
-// too far behind, instead of a hand-written watch loop. Acquire also
-// watches the lock's grant Lease (buildlockv1.GrantLeaseName) and holds as
-// soon as it names the claim, one write before the claim's status says
-// Held.
+// Watching uses client-go informers (as `kubectl wait` does): each lists,
+// watches, and re-lists when its watch falls too far behind, instead of a
+// hand-written watch loop; their first sync and every event wake the
+// waiter at once (nothing polls). Acquire opens them while it creates the
+// claim: on the lock's claims, and on the lock's grant Lease
+// (buildlockv1.GrantLeaseName), so that it holds as soon as the Lease names
+// the claim, one write before the claim's status says Held. It trusts only
+// a grant the operator made, as far as a client can tell: the Lease carries
+// the operator's label, names the claim, changed to name it while Acquire
+// watched, and carries a token above every other it saw and, for a new
+// Lease, above the namespace's token floor; the claim's status must then
+// confirm it within [GrantConfirmTimeout]. Anything else waits for the
+// status. [Hold.WaitLost] ends a hold when the grant Lease names another
+// claim, nobody, or is deleted, whoever changed it (see grant.go).
 //
 // Validation uses the API's own values (api/v1alpha1's bounds and
 // patterns), and a test proves that the API server accepts and refuses the

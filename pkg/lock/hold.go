@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -33,8 +33,14 @@ type Hold struct {
 	onError func(error)
 	renewer *renewer // nil for a claim with a pod
 	proof   *proof
-	mu      sync.Mutex
-	done    bool // released or detached
+	// byLease: the hold was learned from the grant Lease before the
+	// claim's status said Held, which it must then say within
+	// confirmWithin of grantedAt.
+	byLease       bool
+	grantedAt     time.Time
+	confirmWithin time.Duration
+	mu            sync.Mutex
+	done          bool // released or detached
 }
 
 // Release ends the hold: it stops renewing the claim and deletes it (only
@@ -78,13 +84,26 @@ func (h *Hold) Detach() error {
 // still hold for a moment, but the holder must stop before it expires.
 const ReasonNotRenewed = "NotRenewed"
 
-// WaitLost watches the held claim until it stops holding the lock: it is
-// deleted (by anyone), or the operator ends the claim (Released, for
-// example force-released or LockLost; Expired), or (a pod-less claim) no
-// renewal succeeded within the renew deadline. It then returns a
-// *LostError (ErrLost) saying why; when ctx ends first, ctx's cause. A
-// holder that deploys for a while runs it alongside, and stops deploying
-// when it returns: the lock may already be someone else's.
+// WaitLost watches the held claim, and its lock's grant Lease, until the
+// claim stops holding the lock:
+//   - it is deleted (by anyone), or the operator ends it (Released, for
+//     example force-released or LockLost; Expired);
+//   - the grant Lease stops naming it: it names another claim, or nobody,
+//     or it is deleted, whoever changed it (ReasonGrantMoved). The
+//     operator moves the grant only to end the hold, and undoes anyone
+//     else's change, but a holder cannot tell the two apart, and another
+//     claim's client may already take the change for its grant: the
+//     holder stops;
+//   - a hold learned from the grant Lease was not confirmed by the claim's
+//     status (Held with the same token) within GrantConfirmTimeout
+//     (ReasonNotConfirmed);
+//   - (a pod-less claim) no renewal succeeded within the renew deadline
+//     (ReasonNotRenewed).
+//
+// It then returns a *LostError (ErrLost) saying why; when ctx ends first,
+// ctx's cause. A holder that deploys for a while runs it alongside, and
+// stops deploying when it returns: the lock may already be someone else's.
+// A client that may not read Leases follows the claim's status alone.
 func (h *Hold) WaitLost(ctx context.Context) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -99,21 +118,55 @@ func (h *Hold) WaitLost(ctx context.Context) error {
 			}
 		}()
 	}
-	err := watchClaims(ctx, h.c, h.Namespace, byName(h.Name), h.onError, func(store cache.Store) (bool, error) {
-		bl := claimIn(store, h.BuildLock)
+	claim := claimsFeed(byName(h.Name))
+	grants := newGrantSeen()
+	grants.hold(buildlockv1.GrantHolderIdentity(h.Name, h.UID))
+	lease := grantFeed(h.c, h.Namespace, h.BuildLock.Spec.Target, grants, h.onError)
+	lease.alongside = nil // the floor matters only to a claim that waits
+	w := newWatcher(h.c, h.Namespace, h.onError, claim, lease)
+
+	confirmed := !h.byLease
+	if !confirmed {
+		timer := time.AfterFunc(time.Until(h.grantedAt.Add(h.confirmWithin)), w.kick)
+		defer timer.Stop()
+	}
+	lost := func(reason, message string) error {
+		return &LostError{Namespace: h.Namespace, Name: h.Name, Reason: reason, Message: message}
+	}
+	return w.run(ctx, func() (bool, error) {
+		bl := claimIn(claim.store, h.BuildLock)
 		switch {
 		case bl == nil:
-			return true, &LostError{Namespace: h.Namespace, Name: h.Name, Reason: ReasonDeleted}
+			return true, lost(ReasonDeleted, "")
 		case bl.Status.Phase.IsTerminal():
 			// A hold ends only with its claim (Released, Expired): a
-			// claim is never Held and then Waiting again. A claim that
-			// still shows Waiting or Pending holds by its grant Lease,
-			// and its status is on its way.
+			// claim is never Held and then Waiting again.
 			return true, &LostError{Namespace: h.Namespace, Name: h.Name, Phase: bl.Status.Phase, Reason: bl.Status.Reason, Message: bl.Status.Message}
+		case bl.Status.Phase == buildlockv1.PhaseHeld && bl.Status.FencingToken != h.Token:
+			return true, lost(ReasonNotConfirmed, fmt.Sprintf("Its status says Held with fencing token %d, not %d: the grant it took is not the operator's.",
+				bl.Status.FencingToken, h.Token))
+		case bl.Status.Phase == buildlockv1.PhaseHeld:
+			confirmed = true
+		}
+		if why := grants.moved(); why != "" && lease.active() {
+			return true, lost(ReasonGrantMoved, capitalize(why)+"; whoever changed it, this hold stops.")
+		}
+		if !confirmed && !time.Now().Before(h.grantedAt.Add(h.confirmWithin)) {
+			// A claim that still shows Waiting or Pending holds by its
+			// grant Lease while its status is on its way, but not for ever.
+			return true, lost(ReasonNotConfirmed, fmt.Sprintf("The grant Lease named it with fencing token %d, and its status did not say Held within %s: the grant was not the operator's.",
+				h.Token, h.confirmWithin))
 		}
 		return false, nil
 	})
-	return err
+}
+
+// capitalize makes s a sentence's start.
+func capitalize(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
 }
 
 // Context returns a context that is canceled when the hold is lost (see

@@ -48,6 +48,9 @@ type proof struct {
 	path  string   // empty: in memory only
 	file  *os.File // open and locked while this process uses the claim
 	state proofState
+	// synced receives the result of the write's sync to disk that
+	// writeSyncing started; nil when none is pending.
+	synced chan error
 }
 
 // errProofBusy says another process holds the proof file: another acquire
@@ -158,8 +161,54 @@ func (p *proof) proves(bl *buildlockv1.BuildLock) bool {
 }
 
 // save writes the proof to its file, in place (its lock is on the file
-// itself). A proof in memory only is not saved.
+// itself), and syncs it to disk. A proof in memory only is not saved.
 func (p *proof) save() error {
+	if err := p.write(); err != nil {
+		return err
+	}
+	return p.sync()
+}
+
+// writeSyncing writes the proof, and syncs it to disk on a goroutine of its
+// own: flush returns the sync's result. The write is what lets a process of
+// the job that comes after this one ends prove the claim: the kernel keeps
+// it whatever becomes of this process. The sync, which can take tens of
+// milliseconds on a busy disk, only guards against the machine itself
+// failing, so it need not delay the claim's create: it overlaps the create
+// and the wait for the grant, and Acquire waits for it before it returns a
+// hold.
+func (p *proof) writeSyncing() error {
+	if err := p.write(); err != nil {
+		return err
+	}
+	if p.file == nil {
+		return nil
+	}
+	before := p.synced
+	done := make(chan error, 1)
+	p.synced = done
+	go func() {
+		err := p.sync()
+		if before != nil {
+			err = errors.Join(<-before, err)
+		}
+		done <- err
+	}()
+	return nil
+}
+
+// flush waits for the sync that writeSyncing started, and returns its
+// error.
+func (p *proof) flush() error {
+	if p.synced == nil {
+		return nil
+	}
+	err := <-p.synced
+	p.synced = nil
+	return err
+}
+
+func (p *proof) write() error {
 	if p.file == nil {
 		return nil
 	}
@@ -173,6 +222,13 @@ func (p *proof) save() error {
 	if _, err := p.file.WriteAt(data, 0); err != nil {
 		return fmt.Errorf("writing the claim's proof %s: %w", p.path, err)
 	}
+	return nil
+}
+
+func (p *proof) sync() error {
+	if p.file == nil {
+		return nil
+	}
 	if err := p.file.Sync(); err != nil {
 		return fmt.Errorf("writing the claim's proof %s: %w", p.path, err)
 	}
@@ -182,6 +238,7 @@ func (p *proof) save() error {
 // close unlocks the proof and keeps what it says: the claim stays this
 // job's, for a later acquire or release of the job.
 func (p *proof) close() {
+	_ = p.flush()
 	if p.file != nil {
 		_ = p.file.Close()
 		p.file = nil
