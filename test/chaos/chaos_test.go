@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -21,7 +22,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
@@ -42,6 +42,22 @@ var (
 	flagPipelines    = flag.Int("chaos.pipelines", -1, "concurrent pkg/lock pipelines of the load run, over 20 targets, during the chaos; -1: 500 in a long run, none in the short one")
 	flagManagerLog   = flag.String("chaos.manager-log", "", "write the in-process managers' logs (controller-runtime's, debug level) to this file, to see why the operator did what the checker reports")
 )
+
+// managersLogger is the logger of the in-process managers (TestMain sets
+// it once, before any test runs): none, which keeps their logs out of the
+// report, or with -chaos.manager-log, one that writes them to that file at
+// debug level.
+func managersLogger() logr.Logger {
+	flag.Parse()
+	if *flagManagerLog == "" {
+		return logr.Discard()
+	}
+	f, err := os.Create(*flagManagerLog)
+	if err != nil {
+		panic(fmt.Sprintf("-chaos.manager-log: %v", err))
+	}
+	return zap.New(zap.WriteTo(f), zap.UseDevMode(true))
+}
 
 // options of one run, from the flags (or CHAOS_* variables).
 type options struct {
@@ -160,14 +176,6 @@ func TestChaos(t *testing.T) {
 	}
 	t.Parallel() // with the regression tests, which mostly wait
 	o := resolveOptions(t)
-	if *flagManagerLog != "" {
-		f, err := os.Create(*flagManagerLog)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = f.Close() })
-		logf.SetLogger(zap.New(zap.WriteTo(f), zap.UseDevMode(true))) // debug level, one line per entry
-	}
 	t.Logf("chaos seed %d: rerun with `make chaos SEED=%d DURATION=%s` or `go test ./test/chaos -run TestChaos -chaos.seed=%d -chaos.duration=%s`",
 		o.seed, o.seed, o.duration, o.seed, o.duration)
 	begin := time.Now()
