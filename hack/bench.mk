@@ -30,6 +30,6 @@ bench: envtest ## Benchmark hand-offs, acquires, scale, API cost and memory agai
 # libraries) is tested with `make test`.
 .PHONY: test-soakplot
 test-soakplot: ## Test the soak's plot (test/bench/soakplot) on a small CSV.
-	cd test/bench && go test ./soakplot -count=1
+	cd test/bench && go test ./soakplot -count=1 -timeout $(TEST_TIMEOUT_quick)
 
 test: test-soakplot

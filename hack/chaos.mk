@@ -3,7 +3,7 @@
 # (GO_TEST_FLAGS, the envtest target, KUBEBUILDER_ASSETS, LOCALBIN). To try
 # it alone:
 #   make -f Makefile -f hack/chaos.mk chaos DURATION=1m
-# `make test` runs the short version (about a minute) as part of `go test ./...`.
+# `make test` runs the short version (about a minute) in its chaos group.
 
 # How long the workload and the faults run in `make chaos` (and `make soak`,
 # where it defaults to 30m).
@@ -54,13 +54,13 @@ chaos: envtest ## Run the chaos test for DURATION (10m) with SEED (random, print
 .PHONY: chaos-short
 chaos-short: envtest ## Run the chaos package as `make test` does (the short chaos run, the checker's own tests, the regression tests).
 	@echo "chaos-short: SEED=$(SEED)"
-	go test $(GO_TEST_FLAGS) ./test/chaos -count=1 -v -chaos.seed=$(SEED) $(CHAOS_FLAGS)
+	go test $(GO_TEST_FLAGS) ./test/chaos -count=1 -v -timeout $(TEST_TIMEOUT_slow) -chaos.seed=$(SEED) $(CHAOS_FLAGS)
 
 .PHONY: chaos-broken
 chaos-broken: envtest ## Run the short chaos test against an operator broken on purpose (BREAK=cas|decide|renew-clock|rollback|queue|token-restart|repair|window|workflow, or several): it passes only if the checker reports violations (of safety, or of liveness) each time.
 	@for b in $(BREAK); do \
 		out=$(CHAOS_BROKEN_OUT)-$$b.out; echo "chaos-broken: BREAK=$$b SEED=$(SEED)"; \
-		if go test ./test/chaos -run '^TestChaos$$' -count=1 -v -chaos.seed=$(SEED) -chaos.break=$$b $(CHAOS_FLAGS) > $$out 2>&1; then \
+		if go test ./test/chaos -run '^TestChaos$$' -count=1 -v -timeout $(TEST_TIMEOUT_slow) -chaos.seed=$(SEED) -chaos.break=$$b $(CHAOS_FLAGS) > $$out 2>&1; then \
 			cat $$out; echo "chaos-broken: the checker found NO violation in an operator broken with BREAK=$$b"; exit 1; \
 		fi; if ! grep -qE 'VIOLATION|LIVENESS|RESTART' $$out; then \
 			cat $$out; echo "chaos-broken: the run failed, but not with a violation"; exit 1; \

@@ -14,8 +14,8 @@ ACTIONLINT ?= $(LOCALBIN)/actionlint-$(ACTIONLINT_VERSION)
 
 .PHONY: lint-examples
 lint-examples: $(ACTIONLINT) $(GOLANGCI_LINT) ## Run the examples' tests with actionlint, shellcheck and groovy required, and validate the Tekton Task with Tekton's own types.
-	ACTIONLINT=$(ACTIONLINT) REQUIRE_TOOLS=1 go test ./test/examples/ -count=1
-	cd test/examples/tekton && go vet ./... && $(GOLANGCI_LINT) run ./... && go test ./... -count=1
+	ACTIONLINT=$(ACTIONLINT) REQUIRE_TOOLS=1 go test ./test/examples/ -count=1 -timeout $(TEST_TIMEOUT_slow)
+	cd test/examples/tekton && go vet ./... && $(GOLANGCI_LINT) run ./... && go test ./... -count=1 -timeout $(TEST_TIMEOUT_quick)
 
 $(ACTIONLINT):
 	$(call go-install-tool,$@,github.com/rhysd/actionlint/cmd/actionlint,$(ACTIONLINT_VERSION))

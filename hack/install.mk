@@ -120,7 +120,7 @@ verify-chart: manifests $(HELM) $(PROMTOOL) lint-chart verify-docs ## Fail when 
 		&& for f in $(CHART_RBAC_FILES); do diff -u config/rbac/$$f $(CHART_DIR)/files/rbac/$$f || exit 1; done \
 		&& [ "$$(ls $(CHART_DIR)/files/rbac)" = "$$(printf '%s\n' $(sort $(CHART_RBAC_FILES)))" ] \
 		|| { echo "The chart is out of date with config/; run 'make chart-sync' and commit."; exit 1; }
-	HELM=$(HELM) PROMTOOL=$(PROMTOOL) go test ./test/chart -short -count=1
+	HELM=$(HELM) PROMTOOL=$(PROMTOOL) go test ./test/chart -short -count=1 -timeout $(TEST_TIMEOUT_slow)
 
 .PHONY: test-chart
 test-chart: envtest $(HELM) $(PROMTOOL) $(KUSTOMIZE) ## Install the chart (and the kustomize installer) on a local control plane and run the manager under their RBAC.

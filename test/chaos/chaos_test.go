@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
 	"github.com/buildlock/buildlock/internal/testenv"
@@ -38,7 +40,24 @@ var (
 	flagPodReads     = flag.Bool("chaos.pod-read-faults", true, "fault the managers' live reads of pods too (a failed read must count as alive and be retried)")
 	flagControlPlane = flag.Bool("chaos.control-plane", true, "run the control-plane episodes (API servers and etcd killed, compactions) and the partitions")
 	flagPipelines    = flag.Int("chaos.pipelines", -1, "concurrent pkg/lock pipelines of the load run, over 20 targets, during the chaos; -1: 500 in a long run, none in the short one")
+	flagManagerLog   = flag.String("chaos.manager-log", "", "write the in-process managers' logs (controller-runtime's, debug level) to this file, to see why the operator did what the checker reports")
 )
+
+// managersLogger is the logger of the in-process managers (TestMain sets
+// it once, before any test runs): none, which keeps their logs out of the
+// report, or with -chaos.manager-log, one that writes them to that file at
+// debug level.
+func managersLogger() logr.Logger {
+	flag.Parse()
+	if *flagManagerLog == "" {
+		return logr.Discard()
+	}
+	f, err := os.Create(*flagManagerLog)
+	if err != nil {
+		panic(fmt.Sprintf("-chaos.manager-log: %v", err))
+	}
+	return zap.New(zap.WriteTo(f), zap.UseDevMode(true))
+}
 
 // options of one run, from the flags (or CHAOS_* variables).
 type options struct {
@@ -446,8 +465,12 @@ func (h *harness) startWatches(ctx context.Context) {
 		})
 	go h.watchLoop(ctx, "Lease", func() client.ObjectList { return &coordinationv1.LeaseList{} }, leases.ResourceVersion,
 		func(typ watch.EventType, obj runtime.Object) {
-			if l, ok := obj.(*coordinationv1.Lease); ok && workloadNamespace(l.Namespace) {
+			l, ok := obj.(*coordinationv1.Lease)
+			switch {
+			case ok && workloadNamespace(l.Namespace):
 				h.check.ObserveLease(typ, l)
+			case ok && isElectionLease(l):
+				h.check.ObserveElection(typ, l)
 			}
 		},
 		func(list client.ObjectList) {
@@ -455,10 +478,18 @@ func (h *harness) startWatches(ctx context.Context) {
 			for _, l := range list.(*coordinationv1.LeaseList).Items {
 				if workloadNamespace(l.Namespace) {
 					mine = append(mine, l)
+				} else if isElectionLease(&l) {
+					h.check.ObserveElection(Relisted, &l)
 				}
 			}
 			h.check.RelistLeases(mine, list.GetResourceVersion())
 		})
+}
+
+// isElectionLease reports whether l is the in-process managers'
+// leader-election Lease (testenv puts it in namespace default).
+func isElectionLease(l *coordinationv1.Lease) bool {
+	return l.Namespace == metav1.NamespaceDefault && l.Name == ElectionLease
 }
 
 // watchLoop watches one kind from rv until ctx ends. Each watch goes to the
@@ -469,13 +500,22 @@ func (h *harness) startWatches(ctx context.Context) {
 func (h *harness) watchLoop(ctx context.Context, kind string, newList func() client.ObjectList, rv string,
 	handle func(watch.EventType, runtime.Object), relist func(client.ObjectList)) {
 	rng := rand.New(rand.NewPCG(h.o.seed, uint64(len(kind))))
+	// The checker's view of the claims and the Leases is stale while their
+	// watch is down: the time-bound rules allow for it.
+	tracked := kind == "BuildLock" || kind == "Lease"
 	for i := 0; ctx.Err() == nil; i++ {
+		if tracked {
+			h.check.WatchDown(kind)
+		}
 		wctx, wc := h.nextWatch(ctx, kind, i)
 		if wctx == nil {
 			return
 		}
 		timeout := int64(5 + rng.IntN(16))
 		w, err := wc.Watch(wctx, newList(), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true, TimeoutSeconds: &timeout}})
+		if err == nil && tracked {
+			h.check.WatchUp(kind)
+		}
 		if err != nil {
 			if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
 				rv = h.relist(ctx, kind, newList, relist)
@@ -533,6 +573,17 @@ func (h *harness) nextWatch(ctx context.Context, kind string, i int) (context.Co
 	if p, ok := h.prefer[kind]; ok {
 		server = p
 		delete(h.prefer, kind)
+	}
+	if !h.cp.apiservers[server].ready.Load() {
+		// As the workload's connection does, leave an API server the run
+		// killed aside until it is ready: one that is starting accepts a
+		// watch and may hold it for long before it answers.
+		for j, p := range h.cp.apiservers {
+			if p.ready.Load() {
+				server = j
+				break
+			}
+		}
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	if old := h.cancels[kind]; old != nil {
@@ -707,6 +758,7 @@ func (h *harness) startManagerWith(ctx context.Context, ms managerSpec) *manager
 	}
 	m.started = time.Now()
 	m.synced.Store(true)
+	h.check.ManagerUp(m.name(), h.cp.apiservers[ms.server].name, ms.leaderElection)
 	m.elected = mgr.Elected()
 	m.stop = func() error {
 		if m.zombie != nil {
@@ -739,6 +791,7 @@ func (h *harness) kill(m *managerCtl) {
 		}
 	}
 	h.mu.Unlock()
+	h.check.ManagerDown(m.name())
 	if err := m.stop(); err != nil {
 		h.t.Logf("manager %d returned: %v", m.id, err)
 	}
@@ -801,10 +854,13 @@ func (h *harness) report() {
 	}
 	h.figure("checker: %d events checked (%d BuildLock, %d Lease, %d BuildLockPolicy); %d grants, %d holds, highest fencing token %d; deletions: %d by the owner, %d by the finished TTL, %d idle Leases",
 		st.ClaimEvents+st.LeaseEvents+st.PolicyEvents, st.ClaimEvents, st.LeaseEvents, st.PolicyEvents, st.Grants, st.HeldTransitions, st.MaxToken, st.OwnerDeletes, st.TTLDeletes, st.LeaseDeletes)
-	h.figure("checker re-lists after 410 Gone: %s; objects found changed %d, gone %d (deletions explained by the time the watch was down: %d; holds granted unseen: %d, claims that held unseen: %d; supersessions by claims never seen, judged by their specs: %d; by the line memory of a hold only the Lease showed: %d)",
-		relists, st.RelistChanged, st.RelistGone, st.GapDeletes, st.GapHold, st.UnseenHolds, st.GapSupersessions, st.MemorySupersessions)
-	h.figure("renewals: %d (%d stamped more than a minute ahead); holds that ended LockLost after their expiry: %d; longest a hold was seen past its end: %s (slack %s)",
-		st.Renewals, st.FarRenewals, st.LockLostExpired, st.LongestOverrun.Round(time.Millisecond), h.o.holdSlack)
+	h.figure("checker re-lists after 410 Gone: %s; objects found changed %d, gone %d (deletions explained by the time the watch was down: %d; holds granted unseen: %d, claims that held unseen: %d; supersessions by claims never seen, judged by their specs: %d; by the line memory of a hold only the Lease showed: %d; grant Leases found gone whose holder had ended unseen: %d)",
+		relists, st.RelistChanged, st.RelistGone, st.GapDeletes, st.GapHold, st.UnseenHolds, st.GapSupersessions, st.MemorySupersessions, st.GapLeaseDeletes)
+	h.figure("renewals: %d (%d stamped more than a minute ahead); holds that ended LockLost after their expiry: %d; longest a hold was seen past its end: %s (slack %s); "+
+		"longest a reaction went past the slack within the time no manager could act: %s (the longest such allowance: %s)",
+		st.Renewals, st.FarRenewals, st.LockLostExpired, st.LongestOverrun.Round(time.Millisecond), h.o.holdSlack,
+		st.LongestExcused.Round(time.Millisecond), st.LongestAllowance.Round(time.Millisecond))
+	h.figure("%s", h.check.OutageFigures())
 	h.figure("orderings: %d grants judged by queue order, %d queue joins followed for fairness, %d ordering changes, %d waiting claims moved up to their line's place",
 		st.QueueGrants, st.FairnessTracked, st.OrderingChanges, st.LinePlacesTaken)
 	h.figure("records people touched: %d grant Lease versions written and %d grant Leases deleted by a person, %d token floors deleted; the operator's versions after them: %d (longest %s after), grants written again to their holder: %d, grants of what a person's edit named: %d, grants again to the holder after an edit: %d, tokens restarted after people deleted a Lease and its floor: %d; line records kept by later versions: %d",

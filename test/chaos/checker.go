@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
 
 	buildlockv1 "github.com/buildlock/buildlock/api/v1alpha1"
 )
@@ -98,7 +99,7 @@ func expiresAfter(s buildlockv1.BuildLockSpec) time.Duration {
 type Entry struct {
 	Seq  int
 	At   time.Time // the workload's clock when the checker saw it
-	Kind string    // BuildLock, Lease, Policy or Check
+	Kind string    // BuildLock, Lease, Policy, Check or Run (what the run did: outages.go)
 	Type watch.EventType
 	Lock LockKey
 	Name string
@@ -151,6 +152,10 @@ type CheckerStats struct {
 	// was blind explains.
 	Relists                                        map[string]int
 	RelistChanged, RelistGone, GapDeletes, GapHold int
+	// GapLeaseDeletes counts grant Leases a re-list found gone whose last
+	// version seen named a holder that had ended before the list (a
+	// version the checker missed freed them).
+	GapLeaseDeletes int
 	// GapSupersessions counts supersessions by claims the checker never
 	// saw (created and gone while it was blind), judged by their specs.
 	GapSupersessions int
@@ -182,6 +187,11 @@ type CheckerStats struct {
 	// LongestOverrun is the longest a hold was seen going on past its end
 	// (in real time), within the slack allowed.
 	LongestOverrun time.Duration
+	// LongestExcused is the longest a reaction (a hold's end, a repair, a
+	// deleted claim's end) went past the hold slack within the outage
+	// allowance, and LongestAllowance the longest allowance that excused
+	// one: the time in which no manager could act.
+	LongestExcused, LongestAllowance time.Duration
 	// PersonLeaseEdits and PersonLeaseDeletes count the grant Lease
 	// versions people wrote and the grant Leases they deleted; Repairs the
 	// operator versions that followed them, LongestRepair the longest that
@@ -285,6 +295,8 @@ type Checker struct {
 	listed map[types.UID]*buildlockv1.BuildLock
 	// windows follows the deploy windows and the overrides (windows.go).
 	windows windowState
+	// op follows when the operator could act (outages.go).
+	op operatorState
 }
 
 type claimView struct {
@@ -421,6 +433,7 @@ func NewChecker(ledger *Ledger, o CheckerOptions) *Checker {
 		claims: map[types.UID]*claimView{}, names: map[string]types.UID{}, locks: map[LockKey]*lockView{}, floors: map[string]int64{}, floorDeletes: map[string]int{},
 		namespaces: map[string]*namespaceView{},
 		stats:      CheckerStats{Phases: map[string]int{}, Relists: map[string]int{}},
+		op:         newOperatorState(),
 	}
 }
 
@@ -1093,7 +1106,7 @@ func (c *Checker) observeLease(typ watch.EventType, l *coordinationv1.Lease) {
 		What: what, token: token, identity: holder})
 	c.stats.LeaseEvents++
 	if typ == watch.Deleted {
-		c.checkLeaseDeletion(e, lv, l, false)
+		c.checkLeaseDeletion(e, lv, l, 0)
 		return
 	}
 	if person {
@@ -1257,7 +1270,11 @@ func recordGrant(lv *lockView, l *coordinationv1.Lease, holder string, token int
 // the grant retention; and only after the namespace's token floor holds its
 // token, so that no token can ever be issued twice. A person may delete
 // it at any time: the operator must then write it again from the claims.
-func (c *Checker) checkLeaseDeletion(e Entry, lv *lockView, l *coordinationv1.Lease, gap bool) {
+// listRV is the resourceVersion of the re-list that found the Lease gone
+// (0: its deletion was watched): l is then the last version the checker
+// saw, and later ones it missed may have freed it.
+func (c *Checker) checkLeaseDeletion(e Entry, lv *lockView, l *coordinationv1.Lease, listRV uint64) {
+	gap := listRV != 0
 	lv.kept = map[line]heldBuild{}
 	if c.ledger.PersonDeletedLease(l.UID) {
 		c.notePersonDelete(e, lv)
@@ -1279,9 +1296,17 @@ func (c *Checker) checkLeaseDeletion(e Entry, lv *lockView, l *coordinationv1.Le
 			live = append(live, cv)
 		}
 	}
+	// A version the checker missed may have freed a Lease found gone by a
+	// re-list (its holder ended): that is judged at the end of the run, by
+	// whether the holder ended before the re-list, unless another rule
+	// already fails (a lower bound of its last write, or its token).
+	holder, gapHolder := ptr.Deref(l.Spec.HolderIdentity, ""), ""
+	if gap {
+		holder, gapHolder = "", holder
+	}
 	switch now := c.o.Now(); {
-	case l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "":
-		c.violate(e, "grant-record-kept", "the grant Lease %s was deleted while it named %s", l.Name, *l.Spec.HolderIdentity)
+	case holder != "":
+		c.violate(e, "grant-record-kept", "the grant Lease %s was deleted while it named %s", l.Name, holder)
 	case c.floors[l.Namespace] < token:
 		c.violate(e, "grant-record-kept", "the grant Lease %s (token %d) was deleted before the token floor of %s held its token (floor %d): tokens could repeat",
 			l.Name, token, l.Namespace, c.floors[l.Namespace])
@@ -1292,6 +1317,9 @@ func (c *Checker) checkLeaseDeletion(e Entry, lv *lockView, l *coordinationv1.Le
 	case now.Add(c.o.Tolerance).Before(lastWritten.Add(c.o.Retention)):
 		c.violate(e, "grant-record-kept", "the grant Lease %s was deleted %s after its last write, before the grant retention %s",
 			l.Name, now.Sub(lastWritten).Round(time.Millisecond), c.o.Retention)
+	case gapHolder != "":
+		_, uid, _ := strings.Cut(gapHolder, "/")
+		lv.deletions = append(lv.deletions, leaseDeletion{e: e, name: l.Name, rv: listRV, holder: types.UID(uid), holderIdentity: gapHolder})
 	}
 	lv.leaseDeleted, lv.leaseHolder, lv.lease = true, "", nil
 }
@@ -1320,12 +1348,17 @@ func (c *Checker) CheckGrantsCoverHolds() {
 }
 
 // leaseDeletion is a grant Lease deleted (resourceVersion rv) while the
-// claims live were not seen deleted yet.
+// claims live were not seen deleted yet; or found gone by a re-list (at
+// resourceVersion rv) while the last version seen named holder.
 type leaseDeletion struct {
 	e    Entry
 	name string
 	rv   uint64
 	live []*claimView
+	// holder is the claim (UID) the last version seen named, when the
+	// deletion was not watched.
+	holder         types.UID
+	holderIdentity string
 }
 
 // sortedLocks lists the locks the checker knows, in a stable order, so that
@@ -1350,6 +1383,20 @@ func (c *Checker) CheckLeaseDeletions() {
 	for _, k := range c.sortedLocks() {
 		lv := c.locks[k]
 		for _, d := range lv.deletions {
+			if d.holder != "" {
+				// Found gone by a re-list: the holder its last version seen
+				// named must have ended (or gone) before the list.
+				cv := c.claims[d.holder]
+				switch {
+				case cv == nil:
+				case cv.deleted && (cv.deletedRV == 0 || cv.deletedRV < d.rv), cv.endRV != 0 && cv.endRV < d.rv:
+					c.stats.GapLeaseDeletes++
+				default:
+					c.violate(d.e, "grant-record-kept", "the grant Lease %s was gone (found by a re-list at rv %d) while it named %s, which had not ended before",
+						d.name, d.rv, d.holderIdentity)
+				}
+				continue
+			}
 			var had []string
 			for _, cv := range d.live {
 				if latest := c.claims[cv.uid]; latest != nil {

@@ -155,6 +155,12 @@ func TestCheckerWindows(t *testing.T) {
 			h.setWindows(deny)
 			grantAt(h, 15*time.Second, "Holding")
 		}, []string{"window-closed"}},
+		{"a grant after an Allow window ended, which a re-list shows removed (the policy watch was down)", func(h *history) {
+			relistedAfterGrant(h, allow)
+		}, nil},
+		{"a grant after an Allow window ended, which a re-list shows still there", func(h *history) {
+			relistedAfterGrant(h, allow, allow)
+		}, []string{"window-closed"}},
 		{"a grant in a recurring Deny window", func(h *history) {
 			h.setWindows(buildlockv1.Window{Kind: buildlockv1.WindowDeny, Schedule: "*/2 * * * *", Duration: &metav1.Duration{Duration: time.Minute}})
 			waiting(h)
@@ -190,4 +196,21 @@ func TestCheckerWindows(t *testing.T) {
 			h.expect(tc.rules...)
 		})
 	}
+}
+
+// relistedAfterGrant: the policy has windows (the checker watched them);
+// its watch goes down; claim a is granted at t0+25s; a re-list at t0+40s
+// shows the policy with windows relisted, which may have taken effect any
+// time after the last policy event watched.
+func relistedAfterGrant(h *history, windows buildlockv1.Window, relisted ...buildlockv1.Window) {
+	h.setWindows(windows)
+	waiting(h)
+	h.now = t0.Add(25 * time.Second)
+	h.hold("a", 1, func(s *buildlockv1.BuildLockStatus) { s.Message = "Holding" })
+	h.now = t0.Add(40 * time.Second)
+	p := h.policy.DeepCopy()
+	p.ResourceVersion = h.nextRV()
+	p.Spec.Windows = relisted
+	h.c.RelistPolicies([]buildlockv1.BuildLockPolicy{*p}, p.ResourceVersion)
+	h.c.CheckWindows()
 }

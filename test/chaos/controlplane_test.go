@@ -24,6 +24,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -163,14 +164,28 @@ func (cp *controlPlane) configFor(hostPort string) *rest.Config {
 // balancedConfig is a connection that reaches whichever API server answers,
 // the first one first: what a load balancer in front of an HA control plane
 // gives the workload and the checker, so that they keep going while one API
-// server is down.
+// server is down. As a load balancer's health check would, it leaves an API
+// server the run killed aside until it is ready again (a restarting one
+// accepts connections long before it can serve them: discovery and RBAC
+// fail there meanwhile), unless no other one is.
 func (cp *controlPlane) balancedConfig() *rest.Config {
 	cfg := cp.config(0)
 	var d net.Dialer
 	cfg.Dial = func(ctx context.Context, network, _ string) (net.Conn, error) {
 		var errs []error
-		for _, port := range cp.ports {
-			c, err := d.DialContext(ctx, network, fmt.Sprintf("127.0.0.1:%d", port))
+		order := make([]int, 0, len(cp.ports))
+		for i, p := range cp.apiservers {
+			if p.ready.Load() {
+				order = append(order, i)
+			}
+		}
+		for i, p := range cp.apiservers {
+			if !p.ready.Load() {
+				order = append(order, i)
+			}
+		}
+		for _, i := range order {
+			c, err := d.DialContext(ctx, network, fmt.Sprintf("127.0.0.1:%d", cp.ports[i]))
 			if err == nil {
 				return c, nil
 			}
@@ -356,6 +371,8 @@ type process struct {
 	cmd    *exec.Cmd
 	exited chan struct{}
 	starts int
+	// ready: started and healthy, and not killed since.
+	ready atomic.Bool
 }
 
 // start starts the process and waits until it is healthy.
@@ -389,6 +406,7 @@ func (p *process) start(timeout time.Duration) error {
 		err := p.healthy(probe)
 		probeCancel()
 		if err == nil {
+			p.ready.Store(true)
 			return nil
 		}
 		select {
@@ -404,6 +422,7 @@ func (p *process) start(timeout time.Duration) error {
 
 // kill sends SIGKILL and waits for the process to exit.
 func (p *process) kill() {
+	p.ready.Store(false)
 	p.mu.Lock()
 	cmd, exited := p.cmd, p.exited
 	p.cmd = nil

@@ -216,9 +216,13 @@ func (d *deployer) resume() { d.paused.Store(false) }
 // waitEnforcing waits until every enforced policy says Enforcing and both
 // API servers refuse a write from a pod that never claims anything: from
 // then on, every admitted pipeline write is the holder's or within the
-// window.
+// window. It gives up after a minute, but only once every API server and
+// etcd have answered for a while (an API server the run restarts takes a
+// minute or more to be ready on a loaded machine, and fails discovery
+// meanwhile): only then is a fence not proven a wrong setup.
 func (d *deployer) waitEnforcing(ctx context.Context, h *harness) bool {
-	deadline := time.Now().Add(60 * time.Second)
+	start := time.Now()
+	expired := func() bool { return time.Since(start) > 60*time.Second && h.check.ControlPlaneSteady(steadyFor) }
 	for _, k := range d.locks {
 		for {
 			var p buildlockv1.BuildLockPolicy
@@ -229,7 +233,7 @@ func (d *deployer) waitEnforcing(ctx context.Context, h *harness) bool {
 			if ctx.Err() != nil {
 				return false
 			}
-			if time.Now().After(deadline) {
+			if expired() {
 				h.t.Errorf("deployer: the policy of %s never said Enforcing", k)
 				return false
 			}
@@ -252,7 +256,7 @@ func (d *deployer) waitEnforcing(ctx context.Context, h *harness) bool {
 				if ctx.Err() != nil {
 					return false
 				}
-				if time.Now().After(deadline) {
+				if expired() {
 					h.t.Errorf("deployer: API server %d did not start refusing non-holders' writes into %s: %v", i, k.Target, err)
 					return false
 				}

@@ -204,8 +204,10 @@ func (h *harness) zombie(ctx context.Context, skew time.Duration, point string, 
 	z := h.startManager(ctx, skew, point)
 	sleep(scale(500*time.Millisecond), scale(1500*time.Millisecond))
 	z.zombie.freeze()
+	h.check.ManagerCut(z.name(), true)
 	sleep(scale(3*time.Second), scale(6*time.Second))
 	z.zombie.unfreeze()
+	h.check.ManagerCut(z.name(), false)
 	sleep(scale(500*time.Millisecond), scale(time.Second))
 	h.kill(z)
 }
@@ -215,6 +217,7 @@ func (h *harness) zombie(ctx context.Context, skew time.Duration, point string, 
 // watch cache, their watches' resourceVersions: they re-list.
 func (h *harness) killAPIServer(i int, sleep func(lo, hi time.Duration)) {
 	p := h.cp.apiservers[i]
+	h.check.APIServerDown(p.name)
 	p.kill()
 	h.plane.add(fmt.Sprintf("%s killed", p.name), 1)
 	sleep(300*time.Millisecond, 1500*time.Millisecond)
@@ -229,17 +232,20 @@ func (h *harness) killAPIServer(i int, sleep func(lo, hi time.Duration)) {
 		}
 		h.t.Logf("restarting %s: %v; again", p.name, err)
 	}
+	h.check.APIServerUp(p.name)
 	h.plane.add("API server restart time (ms)", int(time.Since(began).Milliseconds()))
 }
 
 // killEtcd SIGKILLs etcd and starts it again on its data directory.
 func (h *harness) killEtcd(sleep func(lo, hi time.Duration)) {
+	h.check.EtcdDown()
 	h.cp.etcd.kill()
 	h.plane.add("etcd killed", 1)
 	sleep(200*time.Millisecond, time.Second)
 	if err := h.cp.etcd.start(time.Minute); err != nil {
 		h.t.Fatalf("restarting etcd: %v", err)
 	}
+	h.check.EtcdUp()
 }
 
 // compact compacts etcd up to its current revision while the clients of the
@@ -258,6 +264,7 @@ func (h *harness) compact(ctx context.Context, sleep func(lo, hi time.Duration))
 	}
 	h.mu.Unlock()
 	for _, m := range cut {
+		h.check.ManagerCut(m.name(), true)
 		m.proxy.blackhole()
 	}
 	h.cutChecker()
@@ -270,6 +277,7 @@ func (h *harness) compact(ctx context.Context, sleep func(lo, hi time.Duration))
 	}
 	for _, m := range cut {
 		m.proxy.heal(true)
+		h.check.ManagerCut(m.name(), false)
 	}
 	h.healChecker(server)
 	h.plane.add("managers cut off during a compaction", len(cut))
@@ -311,6 +319,7 @@ func (h *harness) partition(ctx context.Context, rng *rand.Rand, skew time.Durat
 	sleep(scale(500*time.Millisecond), scale(1500*time.Millisecond))
 	m.partitioned.Store(true)
 	if blackhole {
+		h.check.ManagerCut(m.name(), true)
 		m.proxy.blackhole()
 	} else {
 		m.proxy.slow(200*time.Millisecond + time.Duration(rng.Int64N(int64(1800*time.Millisecond))))
@@ -331,6 +340,7 @@ func (h *harness) partition(ctx context.Context, rng *rand.Rand, skew time.Durat
 	reset := rng.IntN(2) == 0
 	m.proxy.heal(reset)
 	m.partitioned.Store(false)
+	h.check.ManagerCut(m.name(), false)
 	if reset {
 		h.faults.partition.add("healed by resetting connections", 1)
 	} else {

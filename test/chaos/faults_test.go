@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -178,6 +179,9 @@ type managerCtl struct {
 	// elected is closed when it leads (at once without leader election).
 	elected <-chan struct{}
 }
+
+// name is how the run and the checker call m.
+func (m *managerCtl) name() string { return fmt.Sprintf("manager %d", m.id) }
 
 // wrote counts a write of m that reached the API server.
 func (m *managerCtl) wrote(kind string, obj client.Object) {

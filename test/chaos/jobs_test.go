@@ -34,6 +34,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -374,8 +375,17 @@ func (j *jobs) start(ctx context.Context, js jobSpec) {
 func (j *jobs) createPod(ctx context.Context, js jobSpec) *corev1.Pod {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: j.ns, Name: "pod-" + strings.ReplaceAll(js.name, "/", "-")},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "build", Image: "busybox"}}}}
-	if err := j.h.c.Create(ctx, pod); err != nil {
-		j.outcomes.add("pod not created", 1)
+	err := retry(ctx, func() error {
+		err := j.h.c.Create(ctx, pod)
+		if apierrors.IsAlreadyExists(err) { // an earlier try went through
+			err = j.h.c.Get(ctx, client.ObjectKeyFromObject(pod), pod)
+		}
+		return err
+	})
+	if err != nil {
+		if r := j.h.classify(ctx, err); r.class != callStopped {
+			j.outcomes.add("pod not created: "+r.why, 1)
+		}
 		return nil
 	}
 	j.h.ledger.PodCreated(pod.Namespace, pod.Name, pod.UID)

@@ -161,12 +161,17 @@ func (c *Checker) liveClaims(k LockKey) int {
 
 // checkRepairsDue: a person's edit or deletion of a grant Lease whose lock
 // still has live claims is undone by the operator within the hold slack
-// (real time): it notices at once, from its watch of the Leases.
+// (real time), plus the time within in which no manager could act: it
+// notices at once, from its watch of the Leases.
 func (c *Checker) checkRepairsDue(realNow time.Time) {
 	for _, k := range c.sortedLocks() {
 		lv := c.locks[k]
 		r := lv.repair
-		if r == nil || realNow.Sub(r.since) <= c.o.HoldSlack {
+		if r == nil {
+			continue
+		}
+		_, allowed, due := c.overdue(&r.since, realNow)
+		if !due {
 			continue
 		}
 		lv.repair = nil
@@ -174,8 +179,8 @@ func (c *Checker) checkRepairsDue(realNow time.Time) {
 			continue // nothing left to restore it from
 		}
 		e := c.record(Entry{At: c.o.Now(), Kind: "Check", Lock: k, Name: LeasePrefix + k.Target, What: "repair deadline"})
-		c.violate(e, "grant-record-repaired", "the grant Lease %s%s, %s by a person (event #%d), was not written again by the operator within %s",
-			LeasePrefix, k.Target, r.what, r.e.Seq, c.o.HoldSlack)
+		c.violate(e, "grant-record-repaired", "the grant Lease %s%s, %s by a person (event #%d), was not written again by the operator within %s (the slack %s, plus %s in which no manager could act)",
+			LeasePrefix, k.Target, r.what, r.e.Seq, realNow.Sub(r.since).Round(time.Millisecond), c.o.HoldSlack, allowed.Round(time.Millisecond))
 	}
 }
 
@@ -300,14 +305,14 @@ func (c *Checker) checkDeletingEnds(realNow time.Time) {
 		if !cv.deleting || cv.deleted || isTerminal(phaseOf(cv.status.Phase)) {
 			continue
 		}
-		over, due := c.overdue(&cv.deletingSince, realNow)
+		over, allowed, due := c.overdue(&cv.deletingSince, realNow)
 		if !due {
 			c.stats.LongestDeleting = max(c.stats.LongestDeleting, over)
 			continue
 		}
 		e := c.record(Entry{At: c.o.Now(), Kind: "Check", Lock: cv.lock, Name: cv.name, UID: cv.uid, What: "deletion deadline"})
-		c.violate(e, "deleted-claim-ends", "%s is still %s %s after it was deleted (a finalizer keeps it; slack %s): a claim being deleted has ended",
-			cv.name, phaseOf(cv.status.Phase), over.Round(time.Millisecond), c.o.HoldSlack)
+		c.violate(e, "deleted-claim-ends", "%s is still %s %s after it was deleted (a finalizer keeps it; slack %s, plus %s in which no manager could act): a claim being deleted has ended",
+			cv.name, phaseOf(cv.status.Phase), over.Round(time.Millisecond), c.o.HoldSlack, allowed.Round(time.Millisecond))
 		cv.deletingSince = realNow.Add(24 * time.Hour) // report once
 	}
 }

@@ -72,6 +72,10 @@ type people struct {
 	// as the pod podUID (or no pod).
 	pipelineAs func(podName, podUID string) client.Client
 
+	// runCtx is the context of run: the run's, which ends when the run
+	// stops its actors (context.Background before run).
+	runCtx context.Context
+
 	floodNS, floodTarget string
 	seq                  int
 	lastConsent          time.Time
@@ -89,7 +93,7 @@ type people struct {
 // (so that what refuses them is admission), creates the flood's account
 // and a namespace without consent, and returns the actor.
 func (h *harness) setupPeople(ctx context.Context, dep *deployer) *people {
-	p := &people{h: h, dep: dep, rng: rand.New(rand.NewPCG(h.o.seed, 0x70656f706c65)), admin: h.c, ops: newCounters(), failed: newCounters(), failedOnce: map[string]bool{},
+	p := &people{h: h, dep: dep, runCtx: context.Background(), rng: rand.New(rand.NewPCG(h.o.seed, 0x70656f706c65)), admin: h.c, ops: newCounters(), failed: newCounters(), failedOnce: map[string]bool{},
 		floodNS: h.namespaces[len(h.namespaces)-1], floodTarget: "flood-0"}
 	floodUser := "system:serviceaccount:" + p.floodNS + ":" + floodAccount
 	objs := []client.Object{
@@ -151,10 +155,17 @@ func (h *harness) setupPeople(ctx context.Context, dep *deployer) *people {
 	return p
 }
 
-func (p *people) note(kind string, err error) {
-	if err == nil {
+// note counts a call of the people's that returned err, as classifyCall
+// judges it (a call the run's end cut short counts for nothing), and
+// returns the judgement.
+func (p *people) note(kind string, err error) callResult {
+	r := p.h.classify(p.runCtx, err)
+	switch r.class {
+	case callDone:
 		p.ops.add(kind, 1)
-		return
+		return r
+	case callStopped:
+		return r
 	}
 	p.mu.Lock()
 	first := !p.failedOnce[kind]
@@ -163,32 +174,8 @@ func (p *people) note(kind string, err error) {
 	if first && !strings.HasPrefix(kind, "alice") && !strings.HasPrefix(kind, "pipeline") {
 		p.figure("people: %s failed first with: %v", kind, err)
 	}
-	p.failed.add(kind+"/"+failureReason(err), 1)
-}
-
-// transient reports whether a call failed for a moment only: an API server
-// restarting (unreachable, or refusing by RBAC before its authorizer has
-// caught up), or a write that timed out.
-func transient(err error) bool {
-	switch {
-	case err == nil, apierrors.IsNotFound(err), apierrors.IsConflict(err), apierrors.IsInvalid(err), apierrors.IsAlreadyExists(err):
-		return false
-	case apierrors.IsForbidden(err):
-		return !strings.Contains(err.Error(), "ValidatingAdmissionPolicy")
-	}
-	return true
-}
-
-// retry calls do until it succeeds or fails for good, for up to 10 s.
-func retry(ctx context.Context, do func() error) error {
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		err := do()
-		if !transient(err) || time.Now().After(deadline) || ctx.Err() != nil {
-			return err
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+	p.failed.add(kind+"/"+r.why, 1)
+	return r
 }
 
 func (p *people) figure(format string, args ...any) {
@@ -203,6 +190,7 @@ func (p *people) figure(format string, args ...any) {
 // random, one every half to whole of every. The flood runs on its own. The
 // figures name the behaviors that never acted.
 func (p *people) run(ctx context.Context, every time.Duration) {
+	p.runCtx = ctx
 	p.wg.Go(func() { p.floodLines(ctx) })
 	type kind struct {
 		name  string
@@ -456,13 +444,12 @@ func (p *people) aliceWrites(ctx context.Context) bool {
 		p.h.ledger.PersonWritesLease(l)
 		err = retry(ctx, func() error { return p.alice.Update(ctx, l) })
 	}
-	p.note(kind, err)
-	switch {
-	case err == nil:
+	switch r := p.note(kind, err); {
+	case r.class == callDone:
 		p.h.check.AddViolation(k, "grant-record-guarded", "%s was admitted: only the operator and system:masters may write a grant Lease (%s)", kind, l.Name)
-	case apierrors.IsForbidden(err) && !strings.Contains(err.Error(), "buildlock-grant-leases"):
+	case r.wrongAuthority("buildlock-grant-leases"):
 		p.h.t.Errorf("people: %s was refused, but not by the grant-Lease guard (RBAC set up wrong?): %v", kind, err)
-	case ctx.Err() == nil && !apierrors.IsForbidden(err) && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err):
+	case r.class == callUnexplained:
 		p.h.t.Logf("people: %s failed: %v", kind, err)
 	}
 	return true
@@ -530,13 +517,12 @@ func (p *people) pipelineConsent(ctx context.Context) bool {
 	as := p.pipelineAs(podName, podUID)
 	err := retry(ctx, func() error { return p.setConsent(ctx, as, ns, value) })
 	kind := "pipeline changes consent"
-	p.note(kind, err)
-	switch {
-	case err == nil:
+	switch r := p.note(kind, err); {
+	case r.class == callDone:
 		// The checker's watch of the namespace reports it too.
 		p.h.check.AddViolation(LockKey{Namespace: ns}, "consent-by-people", "a pipeline set namespace %s's consent label to %q, and admission let it", ns, value)
-	case apierrors.IsForbidden(err) && !strings.Contains(err.Error(), "buildlock-"):
-		p.h.t.Errorf("people: %s was refused by RBAC, not by admission (set up wrong?): %v", kind, err)
+	case r.wrongAuthority("buildlock-"):
+		p.h.t.Errorf("people: %s was refused by %q, not by admission (set up wrong?): %v", kind, r.by, err)
 	}
 	return true
 }

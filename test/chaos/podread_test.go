@@ -138,7 +138,7 @@ func testNamespace(ctx context.Context, t *testing.T, c client.Client, prefix st
 func TestMain(m *testing.M) {
 	// The managers' logs, and client-go's (leader election, events), would
 	// drown the report; set once, before any test runs.
-	logf.SetLogger(logr.Discard())
+	logf.SetLogger(managersLogger())
 	klog.SetLogger(logr.Discard())
 	code := m.Run()
 	if shared.env != nil {

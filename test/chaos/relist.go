@@ -120,7 +120,7 @@ func (c *Checker) RelistLeases(items []coordinationv1.Lease, rv string) {
 			if lv != nil && lv.lease != nil && !lv.leaseDeleted && lv.lease.UID != l.UID {
 				c.stats.RelistGone++
 				e := c.record(Entry{At: now, Kind: "Lease", Type: Relisted, Lock: k, Name: lv.lease.Name, UID: lv.lease.UID, What: "gone: created again as " + string(l.UID)})
-				c.checkLeaseDeletion(e, lv, lv.lease, true)
+				c.checkLeaseDeletion(e, lv, lv.lease, parseRV(rv))
 			}
 		}
 		c.observeLease(Relisted, l)
@@ -132,7 +132,7 @@ func (c *Checker) RelistLeases(items []coordinationv1.Lease, rv string) {
 		}
 		c.stats.RelistGone++
 		e := c.record(Entry{At: now, Kind: "Lease", Type: Relisted, Lock: k, Name: lv.lease.Name, What: "gone"})
-		c.checkLeaseDeletion(e, lv, lv.lease, true)
+		c.checkLeaseDeletion(e, lv, lv.lease, parseRV(rv))
 	}
 }
 
@@ -162,9 +162,11 @@ func (c *Checker) RelistPolicies(items []buildlockv1.BuildLockPolicy, rv string)
 // instant its hold may last (its pod-less expiry counted from the latest
 // instant its renewal may count from, or its maximum hold) is a violation
 // once that has gone on for longer than the hold slack, in real time
-// (realNow): the operator had time to end it. So is a claim being deleted
-// that has not ended, and a person's edit or deletion of a grant Lease
-// that the operator has not undone, after as long. Call it often.
+// (realNow), plus the time within in which no manager could act (an
+// outage: outages.go): the operator had time to end it. So is a claim
+// being deleted that has not ended, and a person's edit or deletion of a
+// grant Lease that the operator has not undone, after as long. Call it
+// often.
 func (c *Checker) CheckHoldDeadlines(realNow time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -179,14 +181,14 @@ func (c *Checker) CheckHoldDeadlines(realNow time.Time) {
 			cv.overrunSince = time.Time{}
 			continue
 		}
-		over, due := c.overdue(&cv.overrunSince, realNow)
+		over, allowed, due := c.overdue(&cv.overrunSince, realNow)
 		if !due {
 			c.stats.LongestOverrun = max(c.stats.LongestOverrun, over)
 			continue
 		}
 		e := c.record(Entry{At: now, Kind: "Check", Lock: cv.lock, Name: cv.name, UID: cv.uid, What: "hold deadline"})
-		c.violate(e, "hold-bounded", "%s is still Held %s after its hold ended at %s (slack %s): renewal from %s, expiresAfter %s",
-			cv.name, now.Sub(end).Round(time.Millisecond), end.Format(time.StampMilli), c.o.HoldSlack,
+		c.violate(e, "hold-bounded", "%s is still Held %s after its hold ended at %s (slack %s, plus %s in which no manager could act): renewal from %s, expiresAfter %s",
+			cv.name, now.Sub(end).Round(time.Millisecond), end.Format(time.StampMilli), c.o.HoldSlack, allowed.Round(time.Millisecond),
 			cv.renewHigh.Format(time.StampMilli), expiresAfter(cv.spec))
 		cv.overrunSince = realNow.Add(24 * time.Hour) // report once
 	}
@@ -194,13 +196,23 @@ func (c *Checker) CheckHoldDeadlines(realNow time.Time) {
 
 // overdue follows how long something the operator must react to has gone
 // on: *since is when the checker first saw it (real time, set now the first
-// time). It returns how long that is, and whether it is past the hold slack.
-func (c *Checker) overdue(since *time.Time, realNow time.Time) (time.Duration, bool) {
+// time). It returns how long that is, the outage allowance (how long within
+// no manager could act), and whether it is past the hold slack plus that.
+func (c *Checker) overdue(since *time.Time, realNow time.Time) (over, allowed time.Duration, due bool) {
 	if since.IsZero() {
 		*since = realNow
 	}
-	over := realNow.Sub(*since)
-	return over, over > c.o.HoldSlack
+	over = realNow.Sub(*since)
+	if over <= c.o.HoldSlack {
+		return over, 0, false
+	}
+	allowed = c.allowance(*since, realNow)
+	if over <= c.o.HoldSlack+allowed {
+		c.stats.LongestExcused = max(c.stats.LongestExcused, over-c.o.HoldSlack)
+		c.stats.LongestAllowance = max(c.stats.LongestAllowance, allowed)
+		return over, allowed, false
+	}
+	return over, allowed, true
 }
 
 func (c *Checker) heldUIDs() map[types.UID]bool {

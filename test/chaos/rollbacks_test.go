@@ -214,12 +214,18 @@ func (r *rollbacker) create(ctx context.Context, c client.Client, ns, prefix str
 	spec.ExpiresAfter = &metav1.Duration{Duration: time.Duration(10+r.rng.IntN(11)) * time.Second}
 	spec.Timestamp = micro(r.h.clock.Now())
 	r.h.ledger.WroteSpec(ns, name, spec)
-	err := c.Create(ctx, &buildlockv1.BuildLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: spec})
+	err := retry(ctx, func() error {
+		err := c.Create(ctx, &buildlockv1.BuildLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: spec})
+		if apierrors.IsAlreadyExists(err) {
+			return nil // an earlier try went through
+		}
+		return err
+	})
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err != nil {
-		if ctx.Err() == nil {
-			r.failed.add(kind+": "+failureReason(err), 1)
+		if res := r.h.classify(ctx, err); res.class != callStopped {
+			r.failed.add(kind+": "+res.why, 1)
 		}
 		return
 	}

@@ -87,6 +87,8 @@ func TestSoak(t *testing.T) {
 
 	mgr := startManagerProcess(t, cp, bin, o)
 	defer mgr.stop()
+	const mgrName = "the manager process"
+	h.check.ManagerUp(mgrName, cp.apiservers[0].name, false)
 
 	rng := rand.New(rand.NewPCG(o.seed, 0x736f616b))
 	sleep := func(lo, hi time.Duration) { time.Sleep(lo + time.Duration(rng.Int64N(int64(hi-lo)+1))) }
@@ -126,9 +128,11 @@ func TestSoak(t *testing.T) {
 				h.compact(ctx, sleep)
 			case 3:
 				episodes.add("manager partitioned (blackhole)", 1)
+				h.check.ManagerCut(mgrName, true)
 				mgr.proxy.blackhole()
 				sleep(2*time.Second, 8*time.Second)
 				mgr.proxy.heal(rng.IntN(2) == 0)
+				h.check.ManagerCut(mgrName, false)
 			default:
 				episodes.add("manager partitioned (slow)", 1)
 				mgr.proxy.slow(200*time.Millisecond + time.Duration(rng.Int64N(int64(1800*time.Millisecond))))

@@ -47,11 +47,13 @@ const windowLag = 5 * time.Second
 const overriddenNote = "overridden by"
 
 // windowVersion is a lock's spec.windows from an instant on (the checker's
-// clock; zero: from the start).
+// clock; zero: from the start). A version a re-list found may have taken
+// effect at any instant since the checker's policy watch last delivered an
+// event (since): it counts from then on, beside the version before it.
 type windowVersion struct {
-	from    time.Time
-	windows []buildlockv1.Window
-	cal     *window.Calendar
+	from, since time.Time
+	windows     []buildlockv1.Window
+	cal         *window.Calendar
 }
 
 // overrideSeen is a claim's override annotations as the checker saw them.
@@ -79,7 +81,9 @@ type windowGrant struct {
 
 // windowState is what the window rules follow; its zero value is ready.
 type windowState struct {
-	versions  map[LockKey][]windowVersion
+	versions map[LockKey][]windowVersion
+	// watched is when the policy watch last delivered an event.
+	watched   time.Time
 	overrides map[types.UID][]overrideSeen
 	held      map[types.UID]map[int64]heldSeen
 	pending   []windowGrant
@@ -107,6 +111,9 @@ type WindowStats struct {
 // observeWindows follows a lock's spec.windows from a policy event.
 func (c *Checker) observeWindows(typ watch.EventType, p *buildlockv1.BuildLockPolicy, now time.Time, initial bool) {
 	ws := c.win()
+	if typ != Relisted {
+		defer func() { ws.watched = now }()
+	}
 	lock := LockKey{p.Namespace, p.Name}
 	var windows []buildlockv1.Window
 	if typ != watch.Deleted {
@@ -123,9 +130,12 @@ func (c *Checker) observeWindows(typ watch.EventType, p *buildlockv1.BuildLockPo
 	// A calendar that does not compile is frozen for good, as the
 	// operator's is: Compile returns it with the error.
 	cal, _ := window.Compile(window.FromPolicy(windows))
-	v := windowVersion{from: now, windows: windows, cal: cal}
+	v := windowVersion{from: now, since: now, windows: windows, cal: cal}
+	if typ == Relisted && !ws.watched.IsZero() {
+		v.since = ws.watched
+	}
 	if initial {
-		v.from = time.Time{}
+		v.from, v.since = time.Time{}, time.Time{}
 	}
 	switch {
 	case initial:
@@ -197,14 +207,15 @@ func (c *Checker) noteWindowGrant(e Entry, lock LockKey, holder string, token in
 }
 
 // versionsAround returns the versions of lock's windows in effect at some
-// point of [from, to].
+// point of [from, to] (a version a re-list found, from when it may have
+// taken effect).
 func versionsAround(vs []windowVersion, from, to time.Time) []windowVersion {
 	i := len(vs) - 1
 	for i > 0 && vs[i].from.After(from) {
 		i--
 	}
 	j := i
-	for j+1 < len(vs) && !vs[j+1].from.After(to) {
+	for j+1 < len(vs) && !vs[j+1].since.After(to) {
 		j++
 	}
 	return vs[i : j+1]

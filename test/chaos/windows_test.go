@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -150,7 +149,7 @@ func (a *windowsActor) stepDeny(ctx context.Context, now time.Time) {
 		err := retry(ctx, func() error {
 			return a.annotate(ctx, a.crowd.admin, a.deny.Namespace, c.Name, c.UID, "chaos: hotfix through the freeze", now.Add(30*time.Second))
 		})
-		a.note("override a waiting claim", err)
+		a.note(ctx, "override a waiting claim", err)
 		return
 	}
 }
@@ -188,17 +187,17 @@ func (a *windowsActor) pipelineOverride(ctx context.Context) bool {
 	err := retry(ctx, func() error {
 		return a.annotate(ctx, p.flood, p.floodNS, c.Name, c.UID, "chaos: a pipeline lets itself through", a.h.clock.Now().Add(time.Minute))
 	})
-	switch {
-	case err == nil:
+	switch r := a.h.classify(ctx, err); {
+	case r.class == callDone:
 		a.h.check.AddViolation(LockKey{Namespace: p.floodNS, Target: p.floodTarget}, "override-by-people",
 			"the pipeline %s overrode its claim %s, and admission let it", floodAccount, c.Name)
 		a.ops.add(kind, 1)
-	case apierrors.IsForbidden(err) && strings.Contains(err.Error(), "buildlock-override"):
+	case r.refusedBy("buildlock-override"):
 		a.refused.add(kind, 1)
-	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
-		a.failed.add(kind+"/"+failureReason(err), 1) // the claim went meanwhile
-	default:
-		a.h.t.Errorf("windows: %s was refused, but not by the buildlock-override policy (RBAC set up wrong?): %v", kind, err)
+	case r.wrongAuthority("buildlock-override"):
+		a.h.t.Errorf("windows: %s was refused by %q, not by the buildlock-override policy (RBAC set up wrong?): %v", kind, r.by, err)
+	case r.class != callStopped:
+		a.failed.add(kind+"/"+r.why, 1) // the claim went meanwhile (not found, a conflict), or a moment's failure
 	}
 	return true
 }
@@ -230,7 +229,7 @@ func (a *windowsActor) set(ctx context.Context, k LockKey, ws []buildlockv1.Wind
 		}
 		return err
 	})
-	a.note(kind, err)
+	a.note(ctx, kind, err)
 	if err == nil {
 		a.mu.Lock()
 		a.windows[k] = ws
@@ -255,12 +254,14 @@ func (a *windowsActor) removeAll() {
 	}
 }
 
-func (a *windowsActor) note(kind string, err error) {
-	if err != nil {
-		a.failed.add(kind+"/"+failureReason(err), 1)
-		return
+func (a *windowsActor) note(ctx context.Context, kind string, err error) {
+	switch r := a.h.classify(ctx, err); r.class {
+	case callDone:
+		a.ops.add(kind, 1)
+	case callStopped:
+	default:
+		a.failed.add(kind+"/"+r.why, 1)
 	}
-	a.ops.add(kind, 1)
 }
 
 // figures says what the actor did and what the checker judged.
