@@ -8,6 +8,7 @@ import (
 	"path"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -292,4 +293,18 @@ func describeLock(l lock.Summary) string {
 		holder = "held by " + buildOf(l.Holder)
 	}
 	return fmt.Sprintf("%s, %d waiting (%s)", holder, len(l.Queue), l.Ordering)
+}
+
+// phaseLine is how acquire reports a claim's phase and message: the
+// message alone when it starts with the phase already ("Waiting for build
+// 42 of acme/shop@main to release staging."), else "Phase: message"
+// ("Waiting: staging is frozen until ..."), or the phase alone.
+func phaseLine(phase buildlockv1.Phase, message string) string {
+	switch {
+	case message == "":
+		return string(phase)
+	case strings.HasPrefix(message, string(phase)+" "):
+		return message
+	}
+	return string(phase) + ": " + message
 }
