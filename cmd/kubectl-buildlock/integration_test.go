@@ -263,6 +263,10 @@ func TestStatusShowsTheHolderTheQueueAndTheOrdering(t *testing.T) {
 	if want := "buildlock.buildlock.io/acme-holder-main-1-prod\nbuildlock.buildlock.io/" + holder + "\nbuildlock.buildlock.io/acme-shop-main-9-staging\n"; code != exitOK || p.stdout.String() != want {
 		t.Errorf("status -o name (every target) exited %d:\n%s%s", code, p.stdout, p.stderr)
 	}
+	code, p = f.run(nil, "status", "--target", "nothing-here", "-o", "name")
+	if code != exitOK || p.stdout.String() != "" || !strings.Contains(p.stderr.String(), "No BuildLocks hold or wait on nothing-here in namespace "+f.ns) {
+		t.Errorf("status -o name with nothing to show exited %d, printed %q; it says so on stderr:\n%s", code, p.stdout, p.stderr)
+	}
 	code, p = f.run(nil, "status", "-A")
 	if code != exitError || !strings.Contains(p.stderr.String(), "forbidden") {
 		t.Errorf("status -A as a pipeline of one namespace exited %d, want 1 (forbidden):\n%s", code, p.stderr)

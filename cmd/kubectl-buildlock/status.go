@@ -101,7 +101,12 @@ func (o *statusOptions) show(locks []lock.Summary) error {
 	out := o.f.streams.Out
 	switch {
 	case *o.print.OutputFormat == "name":
-		for _, bl := range holdersAndQueues(locks) {
+		claims := holdersAndQueues(locks)
+		if len(claims) == 0 {
+			// As kubectl get -o name says that it found nothing.
+			fmt.Fprintf(o.f.streams.ErrOut, "No BuildLocks hold or wait %s.\n", o.where())
+		}
+		for _, bl := range claims {
 			if err := o.printer.PrintObj(bl, out); err != nil {
 				return err
 			}
@@ -110,11 +115,7 @@ func (o *statusOptions) show(locks []lock.Summary) error {
 	case o.printer != nil:
 		return o.printer.PrintObj(&lockStatusList{TypeMeta: lockStatusListType, Items: locks}, out)
 	case len(locks) == 0:
-		where := "in namespace " + o.namespace
-		if o.allNamespaces {
-			where = "in any namespace"
-		}
-		fmt.Fprintf(o.f.streams.ErrOut, "No BuildLocks found %s.\n", where)
+		fmt.Fprintf(o.f.streams.ErrOut, "No BuildLocks found %s.\n", o.where())
 		return nil
 	}
 	// A frozen target first: it explains every waiting claim below.
@@ -127,6 +128,18 @@ func (o *statusOptions) show(locks []lock.Summary) error {
 		return err
 	}
 	return printAudit(out, locks, o.allNamespaces)
+}
+
+// where says where status looked: "in namespace ci" (on target staging).
+func (o *statusOptions) where() string {
+	where := "in namespace " + o.namespace
+	if o.allNamespaces {
+		where = "in any namespace"
+	}
+	if o.target != "" {
+		where = "on " + o.target + " " + where
+	}
+	return where
 }
 
 // printAudit prints the locks' audits, newest first, under a heading:
