@@ -204,12 +204,21 @@ func record(c call) error {
 	return f.Close()
 }
 
+// stubBuildNumber is what the stub's `build-number` prints: a PipelineRun's
+// creation time.
+const stubBuildNumber = "1764669600"
+
 // stubAcquire acts out `kubectl-buildlock acquire`: the exit code for the
 // target comes from $STUB_ACQUIRE ("staging=3,production=0"; default 0).
 // Held with "-- CMD", it runs CMD with the variables the plugin sets and
 // exits with CMD's code; held without, it prints the fencing token.
-// Superseded, it prints what the plugin prints. Other commands succeed.
+// Superseded, it prints what the plugin prints. build-number prints
+// stubBuildNumber; other commands succeed.
 func stubAcquire(c call) int {
+	if len(c.Args) > 0 && c.Args[0] == "build-number" {
+		fmt.Println(stubBuildNumber)
+		return 0
+	}
 	if len(c.Args) == 0 || c.Args[0] != "acquire" {
 		return 0
 	}
