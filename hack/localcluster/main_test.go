@@ -243,7 +243,15 @@ func TestMakeRunServesMetricsAndStopsCleanlyWhenPiped(t *testing.T) {
 		t.Fatal(err)
 	}
 	cp.pids = append(cp.pids, lc)
-	cp.gone(t, true, time.Minute)
+	defer func() {
+		if t.Failed() {
+			for line := range r.lines {
+				r.text.WriteString(line + "\n")
+			}
+			t.Logf("localcluster printed:\n%s", r.text.String())
+		}
+	}()
+	cp.gone(t, true, 3*time.Minute)
 }
 
 // TestMakeRunsControlPlaneDiesWithIt: killed outright, localcluster cannot
@@ -263,5 +271,5 @@ func TestMakeRunsControlPlaneDiesWithIt(t *testing.T) {
 	if err := syscall.Kill(lc, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	cp.gone(t, false, time.Minute)
+	cp.gone(t, false, 3*time.Minute)
 }

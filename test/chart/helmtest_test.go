@@ -71,14 +71,20 @@ func helmTest(t *testing.T, h *helmRunner, c *localcluster.Cluster, admin client
 	g.Expect(<-done).To(Succeed(), "helm test")
 }
 
-// helmTestCleansUp runs `helm test` twice more, as it fails: once whose Pod
-// fails (the stand-in kubelet reports it Failed), once with nothing to run
+// TestHelmTestCleansUpWhenItFails installs the chart (from its directory)
+// on a local control plane and runs `helm test` as it fails: once whose Pod
+// fails (a stand-in kubelet reports it Failed), once with nothing to run
 // the Pod at all, as on a control plane without a kubelet, until a short
 // --timeout. Each time helm test fails, and leaves neither the Pod nor the
 // ServiceAccount and ClusterRoleBinding it created (they would outlive
 // `helm uninstall`). The release's notes say that helm test needs a node.
-func helmTestCleansUp(t *testing.T, h *helmRunner, c *localcluster.Cluster, admin client.Client) {
-	t.Helper()
+func TestHelmTestCleansUpWhenItFails(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a control plane; skipped with -short")
+	}
+	h := requireHelm(t)
+	c, admin := startCluster(t)
+	h.run(t, "install", release, "charts/buildlock", "--namespace", releaseNS, "--create-namespace", "--kubeconfig", c.Kubeconfig)
 	ctx := t.Context()
 	g := newG(t)
 	notes := h.run(t, "get", "notes", release, "--namespace", releaseNS, "--kubeconfig", c.Kubeconfig)

@@ -347,7 +347,7 @@ func TestGitLabComponentRunsOnThePluginImage(t *testing.T) {
 	}
 
 	s = newStubs(t)
-	run = runGitLab(t, s, include(map[string]any{"target": "staging", "command": "./deploy.sh staging", "oidc": "true",
+	run = runGitLab(t, s, include(map[string]any{"target": "staging", "command": "./deploy.sh staging", "oidc": "true", "namespace": "ci",
 		"oidc-audience": "https://k8s.acme.example", "server": "https://k8s.acme.example:6443"}), gitlabPredefined(), nil)
 	if run.status["deploy-staging"] != jobPassed {
 		t.Fatalf("with oidc: job %v; output:\n%s", run.status, run.output.String())

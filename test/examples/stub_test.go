@@ -155,13 +155,14 @@ func stubOIDC(c call) int {
 		return 0
 	}
 	server, _ := c.flag("--server")
+	namespace, _ := c.flag("--namespace")
 	ca, _ := c.flag("--certificate-authority-data")
 	caData, err := base64.StdEncoding.DecodeString(ca)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "error: --certificate-authority-data is not base64: %v\n", err)
 		return 2
 	}
-	data, err := lock.OIDCKubeconfig(lock.OIDCCluster{Server: server, CAData: caData}, os.Args[0], append([]string{"oidc-token"}, source...))
+	data, err := lock.OIDCKubeconfig(lock.OIDCCluster{Server: server, CAData: caData, Namespace: namespace}, os.Args[0], append([]string{"oidc-token"}, source...))
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "error: %v\n", err)
 		return 2
