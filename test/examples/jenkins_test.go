@@ -161,13 +161,12 @@ func assertHoldsEnded(t *testing.T, s *stubs) {
 	}
 }
 
-// TestJenkinsStepWaitsWithoutADeployExecutor: the example's deploy stages
-// have no agent: the step runs the plugin on the small agent waitOn names
-// while it waits, and the body's node('deploy') is allocated only once the
-// lock is held; the plugin keeps holding while the deploy runs.
-func TestJenkinsStepWaitsWithoutADeployExecutor(t *testing.T) {
-	s := newStubs(t)
-	run := runJenkins(t, s, nil)
+// assertWaitsWithoutADeployExecutor: the example's deploy stages have no
+// agent: the step runs the plugin on the small agent waitOn names while it
+// waits, and the body's node('deploy') is allocated only once the lock is
+// held; the plugin keeps holding (renewing) while the deploy runs.
+func assertWaitsWithoutADeployExecutor(t *testing.T, s *stubs, run jenkinsRun) {
+	t.Helper()
 	if run.result != "SUCCESS" {
 		t.Fatalf("result %s; output:\n%s", run.result, run.output)
 	}

@@ -55,10 +55,12 @@ func TestTektonTaskRunsHaveRunIDsOfTheirOwn(t *testing.T) {
 // TestJenkinsStagesHaveRunIDsOfTheirOwn: each stage of the example, run
 // through the shared-library step, claims under a run id of its own (the
 // build tag, the stage, the workspace); the one acquire of each holds while
-// the stage's body runs and releases afterwards itself.
+// the stage's body runs and releases afterwards itself. The stages wait
+// for their locks without a deploy executor (assertWaitsWithoutADeployExecutor).
 func TestJenkinsStagesHaveRunIDsOfTheirOwn(t *testing.T) {
 	s := newStubs(t)
 	run := runJenkins(t, s, nil)
+	assertWaitsWithoutADeployExecutor(t, s, run)
 	ids := runIDs(s.calls(t))
 	var seen []string
 	for _, target := range []string{"staging", "production"} {
