@@ -1,6 +1,7 @@
 package chart
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -31,16 +32,7 @@ func helmTest(t *testing.T, h *helmRunner, c *localcluster.Cluster, admin client
 	}
 	ctx := t.Context()
 	g := newG(t)
-	done := make(chan error, 1)
-	go func() {
-		_, err := h.try("test", release, "--namespace", releaseNS, "--kubeconfig", c.Kubeconfig, "--timeout", "2m")
-		done <- err
-	}()
-
-	var pod corev1.Pod
-	g.Eventually(func() error {
-		return admin.Get(ctx, client.ObjectKey{Namespace: releaseNS, Name: "buildlock-test"}, &pod)
-	}).Should(Succeed(), "helm test creates its Pod")
+	done, pod := startHelmTest(g, h, c, admin)
 	container := pod.Spec.Containers[0]
 	env := os.Environ()
 	for _, e := range container.Env {
@@ -66,7 +58,7 @@ func helmTest(t *testing.T, h *helmRunner, c *localcluster.Cluster, admin client
 	if err != nil {
 		pod.Status.Phase = corev1.PodFailed
 	}
-	g.Expect(admin.Status().Update(ctx, &pod)).To(Succeed())
+	g.Expect(admin.Status().Update(ctx, pod)).To(Succeed())
 	g.Expect(err).NotTo(HaveOccurred(), "the helm test Pod's command failed")
 	g.Expect(<-done).To(Succeed(), "helm test")
 }
@@ -110,17 +102,9 @@ func TestHelmTestCleansUpWhenItFails(t *testing.T) {
 
 	t.Run("the Pod fails", func(t *testing.T) {
 		g := newG(t)
-		done := make(chan error, 1)
-		go func() {
-			_, err := h.try("test", release, "--namespace", releaseNS, "--kubeconfig", c.Kubeconfig, "--timeout", "2m")
-			done <- err
-		}()
-		var pod corev1.Pod
-		g.Eventually(func() error {
-			return admin.Get(ctx, client.ObjectKey{Namespace: releaseNS, Name: "buildlock-test"}, &pod)
-		}).Should(Succeed(), "helm test creates its Pod")
+		done, pod := startHelmTest(g, h, c, admin)
 		pod.Status.Phase = corev1.PodFailed
-		g.Expect(admin.Status().Update(ctx, &pod)).To(Succeed())
+		g.Expect(admin.Status().Update(ctx, pod)).To(Succeed())
 		g.Expect(<-done).To(MatchError(ContainSubstring("buildlock-test")), "helm test fails with its Pod")
 		g.Expect(leftovers()).To(BeEmpty(), "a failed helm test deletes what it created")
 	})
@@ -131,4 +115,19 @@ func TestHelmTestCleansUpWhenItFails(t *testing.T) {
 		g.Expect(err).To(HaveOccurred(), "helm test fails when nothing runs its Pod")
 		g.Expect(leftovers()).To(BeEmpty(), "a helm test that timed out deletes what it created")
 	})
+}
+
+// startHelmTest starts `helm test` on the release and returns, once its Pod
+// exists, the Pod and where helm test's outcome arrives.
+func startHelmTest(g Gomega, h *helmRunner, c *localcluster.Cluster, admin client.Client) (<-chan error, *corev1.Pod) {
+	done := make(chan error, 1)
+	go func() {
+		_, err := h.try("test", release, "--namespace", releaseNS, "--kubeconfig", c.Kubeconfig, "--timeout", "2m")
+		done <- err
+	}()
+	pod := &corev1.Pod{}
+	g.Eventually(func() error {
+		return admin.Get(context.Background(), client.ObjectKey{Namespace: releaseNS, Name: "buildlock-test"}, pod)
+	}).Should(Succeed(), "helm test creates its Pod")
+	return done, pod
 }
