@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
 
 	"github.com/buildlock/buildlock/pkg/lock"
 )
@@ -46,14 +49,22 @@ func installPipelineRunCRD(t *testing.T) {
 func TestBuildNumberOfAPipelineRun(t *testing.T) {
 	f := newFixture(t)
 	installPipelineRunCRD(t)
-	// What examples/tekton/rbac.yaml grants the pipeline beside
-	// buildlock-pipeline.
+	// examples/tekton/rbac-build-number.yaml's Role and RoleBinding, in
+	// the test's namespace, for the test's pipeline user.
 	ctx := context.Background()
-	must(t, admin.Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "read-pipelineruns"},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"tekton.dev"}, Resources: []string{"pipelineruns"}, Verbs: []string{"get"}}}}))
-	must(t, admin.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "read-pipelineruns"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "read-pipelineruns"},
-		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: "ci-pipeline"}}}))
+	data, err := os.ReadFile(filepath.Join("..", "..", "examples", "tekton", "rbac-build-number.yaml"))
+	must(t, err)
+	docs := strings.Split(string(data), "\n---\n")
+	if len(docs) != 2 {
+		t.Fatalf("examples/tekton/rbac-build-number.yaml has %d objects, want a Role and its RoleBinding", len(docs))
+	}
+	role, binding := &rbacv1.Role{}, &rbacv1.RoleBinding{}
+	must(t, yaml.UnmarshalStrict([]byte(docs[0]), role))
+	must(t, yaml.UnmarshalStrict([]byte(docs[1]), binding))
+	role.Namespace, binding.Namespace = f.ns, f.ns
+	binding.Subjects = []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: "ci-pipeline"}}
+	must(t, admin.Create(ctx, role))
+	must(t, admin.Create(ctx, binding))
 	create := func(name string) int64 {
 		t.Helper()
 		pr := &unstructured.Unstructured{}
