@@ -28,13 +28,13 @@ func RunChildIfAsked() {
 	if dir == "" || !isControlPlaneBinary(name) {
 		return
 	}
-	real := filepath.Join(dir, name)
+	program := filepath.Join(dir, name)
 	if err := dieWithParent(); err != nil {
 		fmt.Fprintf(os.Stderr, "localcluster: %s: %v\n", name, err)
 		os.Exit(1)
 	}
-	err := syscall.Exec(real, append([]string{real}, os.Args[1:]...), os.Environ())
-	fmt.Fprintf(os.Stderr, "localcluster: starting %s: %v\n", real, err)
+	err := syscall.Exec(program, append([]string{program}, os.Args[1:]...), os.Environ())
+	fmt.Fprintf(os.Stderr, "localcluster: starting %s: %v\n", program, err)
 	os.Exit(1)
 }
 
@@ -58,11 +58,11 @@ func startThroughThisProcess(env *envtest.Environment, dir string) error {
 	if err != nil {
 		return fmt.Errorf("finding this program's executable: %w", err)
 	}
-	real := cmp.Or(env.BinaryAssetsDirectory, os.Getenv("KUBEBUILDER_ASSETS"))
-	if real == "" {
+	binaries := cmp.Or(env.BinaryAssetsDirectory, os.Getenv("KUBEBUILDER_ASSETS"))
+	if binaries == "" {
 		return fmt.Errorf("no control plane binaries: set KUBEBUILDER_ASSETS, or run `make envtest`")
 	}
-	if err := os.Setenv(realBinariesEnv, real); err != nil {
+	if err := os.Setenv(realBinariesEnv, binaries); err != nil {
 		return err
 	}
 	for _, name := range controlPlaneBinaries {
