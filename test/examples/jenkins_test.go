@@ -15,7 +15,9 @@ import (
 
 // The Jenkins emulation runs the Jenkinsfile and vars/buildlock.groovy with
 // Groovy under testdata/jenkins.groovy, a small stand-in for the steps they
-// use (sh, withEnv, error, echo, currentBuild) and for declarative stages;
+// use (sh, withEnv, error, echo, currentBuild, node, parallel, waitUntil,
+// pwd, fileExists, readFile, writeFile, checkout), for executors, and for
+// declarative stages and agents;
 // its comment lists the rules it reproduces. Groovy is not part of a fresh
 // CI machine: `.ci/run` installs it with apt-get, and without it these tests
 // skip unless $REQUIRE_TOOLS is set.
