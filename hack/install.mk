@@ -17,6 +17,9 @@ LOCAL ?=
 
 # The local control plane is built and then run, not `go run`: `go run` exits 1
 # after Ctrl-C even when the program shut down cleanly.
+# On the local control plane, localcluster serves the operator's metrics
+# over plain HTTP (127.0.0.1:8080, or a free port) and prints where; Ctrl-C
+# stops it cleanly, also when its output is piped (`make run 2>&1 | tee log`).
 .PHONY: run
 run: manifests generate fmt vet ## Run the operator: on a throwaway local control plane when no cluster is configured (or LOCAL=1), else against the configured cluster.
 	@if [ "$(LOCAL)" = 1 ] || { [ -z "$$KUBECONFIG" ] && [ ! -f "$$HOME/.kube/config" ]; }; then \
@@ -106,6 +109,17 @@ verify-docs: $(HELM_DOCS) ## Fail when the values table of docs/install.md diffe
 	hack/values-table.sh $(HELM_DOCS) $(CHART_DIR) docs/install.md > $$want; \
 	diff -u docs/install.md $$want \
 		|| { echo "docs/install.md's values table is out of date with $(CHART_DIR)/values.yaml; run 'make docs-values' and commit."; exit 1; }
+
+# bin/helm is the pinned helm under its plain name, for people: with bin/ on
+# PATH (export PATH="$PWD/bin:$PATH"), `helm` is the one the tests use.
+$(LOCALBIN)/helm: $(HELM)
+	ln -sf $(notdir $(HELM)) $@
+
+.PHONY: helm
+helm: $(LOCALBIN)/helm ## Build the pinned helm (bin/helm-<version>-release) and link it as bin/helm.
+
+# The targets that build helm link it too.
+lint-chart test: $(LOCALBIN)/helm
 
 .PHONY: lint-chart
 lint-chart: $(HELM) ## helm lint --strict the chart, its values schema included.

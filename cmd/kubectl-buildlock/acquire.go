@@ -391,7 +391,7 @@ func (p *progress) observe(ev lock.Event) {
 	if p.phase == "" || p.phase == buildlockv1.PhaseHeld || p.phase.IsTerminal() {
 		return // not decided yet, or the outcome, reported once Acquire returns
 	}
-	p.say(&p.last, strings.TrimSuffix(string(p.phase)+": "+bl.Status.Message, ": "))
+	p.say(&p.last, phaseLine(p.phase, bl.Status.Message))
 	if ev.Place != nil {
 		p.say(&p.place, fmt.Sprintf("Place in the queue for %s: %s.", bl.Spec.Target, ev.Place))
 	}

@@ -121,6 +121,15 @@ func (f *factory) completeTargets(*cobra.Command, []string, string) ([]cobra.Com
 	return slices.Compact(targets), cobra.ShellCompDirectiveNoFileComp
 }
 
+// completeTarget completes a command's one TARGET argument (freeze,
+// unfreeze) with the namespace's targets.
+func (f *factory) completeTarget(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	if len(args) > 0 {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	return f.completeTargets(cmd, args, toComplete)
+}
+
 // completeClaims completes BuildLock names of the namespace.
 func (f *factory) completeClaims(_ *cobra.Command, args []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
 	var names []cobra.Completion

@@ -42,6 +42,7 @@ func newFreezeCommand(o *freezeOptions) *cobra.Command {
 	cmd := newCommand(o, "freeze TARGET (--for DURATION | --until TIME) --reason TEXT", "Freeze a target: grant no claim on it for a while",
 		freezeLong, freezeExample)
 	cmd.Args = cobra.ExactArgs(1)
+	cmd.ValidArgsFunction = o.f.completeTarget
 	cmd.Flags().DurationVar(&o.forDuration, "for", 0, "How long the freeze lasts, from now (e.g. 2h).")
 	cmd.Flags().StringVar(&o.until, "until", "", "When the freeze ends: an RFC 3339 time (e.g. 2026-12-28T08:00:00+01:00).")
 	cmd.Flags().StringVar(&o.reason, "reason", "", "Why, for the record and every waiting claim's message (required).")
@@ -71,7 +72,16 @@ func (o *freezeOptions) Validate() error {
 	default:
 		return errors.New("say how long: --for DURATION or --until TIME")
 	}
-	if err := lock.ValidateWindowReason(o.reason); err != nil {
+	return validateReason(o.reason, "why the target is frozen: it is recorded, and every waiting claim's message shows it")
+}
+
+// validateReason checks the --reason of freeze and override: missing, it
+// says what the reason is for (why).
+func validateReason(reason, why string) error {
+	if reason == "" {
+		return fmt.Errorf("missing --reason: say %s", why)
+	}
+	if err := lock.ValidateWindowReason(reason); err != nil {
 		return fmt.Errorf("--reason: %w", err)
 	}
 	return nil
@@ -113,6 +123,7 @@ type unfreezeOptions struct {
 func newUnfreezeCommand(o *unfreezeOptions) *cobra.Command {
 	cmd := newCommand(o, "unfreeze TARGET", "Lift the ad-hoc freezes of a target", unfreezeLong, "  kubectl buildlock unfreeze -n ci staging")
 	cmd.Args = cobra.ExactArgs(1)
+	cmd.ValidArgsFunction = o.f.completeTarget
 	return cmd
 }
 
@@ -169,6 +180,7 @@ func newOverrideCommand(o *overrideOptions) *cobra.Command {
 	cmd := newCommand(o, "override CLAIM --reason TEXT [--for DURATION]", "Let one claim be granted through a freeze, once",
 		overrideLong, overrideExample)
 	cmd.Args = cobra.ExactArgs(1)
+	cmd.ValidArgsFunction = o.f.completeClaims
 	cmd.Flags().StringVar(&o.reason, "reason", "", "Why, for the record (required).")
 	cmd.Flags().DurationVar(&o.forDuration, "for", buildlockv1.DefaultOverrideFor, "How long the override lasts unused.")
 	return cmd
@@ -185,10 +197,7 @@ func (o *overrideOptions) Validate() error {
 	if o.forDuration <= 0 || o.forDuration > buildlockv1.MaxOverrideFor {
 		return fmt.Errorf("--for must be positive and at most %s", buildlockv1.MaxOverrideFor)
 	}
-	if err := lock.ValidateWindowReason(o.reason); err != nil {
-		return fmt.Errorf("--reason: %w", err)
-	}
-	return nil
+	return validateReason(o.reason, "why this claim goes through the freeze: it is recorded on the claim and in its event")
 }
 
 func (o *overrideOptions) Run(ctx context.Context) error {

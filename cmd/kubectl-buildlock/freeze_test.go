@@ -26,6 +26,19 @@ func TestFreezeOverrideAndUnfreeze(t *testing.T) {
 	if code, p := asAdmin("freeze", "staging", "--reason", "incident 4711"); code != exitUsage || !strings.Contains(p.stderr.String(), "--for DURATION or --until TIME") {
 		t.Errorf("freeze without --for exited %d:\n%s", code, p.stderr)
 	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"freeze", "staging", "--for", "2h"}, "missing --reason: say why the target is frozen"},
+		{[]string{"freeze", "staging", "--for", "2h", "--reason", "a\tb"}, "--reason: invalid reason: it must not contain control characters"},
+		{[]string{"override", "some-claim"}, "missing --reason: say why this claim goes through the freeze"},
+	} {
+		code, p := asAdmin(tc.args...)
+		if code != exitUsage || !strings.Contains(p.stderr.String(), tc.want) || strings.Contains(p.stderr.String(), "force-release") {
+			t.Errorf("%q exited %d, want %d and %q:\n%s", tc.args, code, exitUsage, tc.want, p.stderr)
+		}
+	}
 	code, p := asAdmin("freeze", "staging", "--for", "2h", "--reason", "incident 4711")
 	if code != exitOK || !strings.Contains(p.stderr.String(), "Froze staging in "+f.ns+" until ") {
 		t.Fatalf("freeze exited %d:\n%s", code, p.stderr)

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -258,6 +259,14 @@ func TestStatusShowsTheHolderTheQueueAndTheOrdering(t *testing.T) {
 	if want := "buildlock.buildlock.io/" + holder + "\nbuildlock.buildlock.io/acme-shop-main-9-staging\n"; code != exitOK || p.stdout.String() != want {
 		t.Errorf("status -o name exited %d:\n%s%s", code, p.stdout, p.stderr)
 	}
+	code, p = f.run(nil, "status", "-o", "name")
+	if want := "buildlock.buildlock.io/acme-holder-main-1-prod\nbuildlock.buildlock.io/" + holder + "\nbuildlock.buildlock.io/acme-shop-main-9-staging\n"; code != exitOK || p.stdout.String() != want {
+		t.Errorf("status -o name (every target) exited %d:\n%s%s", code, p.stdout, p.stderr)
+	}
+	code, p = f.run(nil, "status", "--target", "nothing-here", "-o", "name")
+	if code != exitOK || p.stdout.String() != "" || !strings.Contains(p.stderr.String(), "No BuildLocks hold or wait on nothing-here in namespace "+f.ns) {
+		t.Errorf("status -o name with nothing to show exited %d, printed %q; it says so on stderr:\n%s", code, p.stdout, p.stderr)
+	}
 	code, p = f.run(nil, "status", "-A")
 	if code != exitError || !strings.Contains(p.stderr.String(), "forbidden") {
 		t.Errorf("status -A as a pipeline of one namespace exited %d, want 1 (forbidden):\n%s", code, p.stderr)
@@ -311,6 +320,9 @@ func TestShellCompletion(t *testing.T) {
 		{args: []string{"__complete", "release", ""}, want: []string{holder + "\tacme/holder@main #1 on staging, Held"}},
 		{args: []string{"__complete", "acquire", "--target", ""}, want: []string{"staging\theld by acme/holder@main #1, 0 waiting (NewestWins)"}},
 		{args: []string{"__complete", "status", "-o", ""}, want: []string{"wide", "json", "name", "jsonpath", "go-template"}},
+		{args: []string{"__complete", "freeze", ""}, want: []string{"staging\theld by acme/holder@main #1, 0 waiting (NewestWins)"}},
+		{args: []string{"__complete", "unfreeze", ""}, want: []string{"staging\theld by acme/holder@main #1, 0 waiting (NewestWins)"}},
+		{args: []string{"__complete", "override", ""}, want: []string{holder + "\tacme/holder@main #1 on staging, Held"}},
 	} {
 		code, p := f.run(nil, tc.args...)
 		lines := strings.Split(strings.TrimSpace(p.stdout.String()), "\n")
@@ -707,4 +719,26 @@ func isSubset(sub, set []string) bool {
 		}
 	}
 	return true
+}
+
+// TestVerbosityFollowsKubectl: -v (--v) is kubectl's verbosity: at 6 the
+// plugin logs every API request (method, URL, status), as kubectl does; by
+// default it logs none. --version still prints the version.
+func TestVerbosityFollowsKubectl(t *testing.T) {
+	f := newFixture(t)
+	request := regexp.MustCompile(`verb="GET" url="https://\S+/apis/buildlock\.io/v1alpha1/namespaces/` + f.ns + `/buildlocks" status="200 OK"`)
+	for _, args := range [][]string{{"-v=6", "status"}, {"status", "-v", "6"}, {"--v=6", "status"}} {
+		code, p := f.run(nil, args...)
+		if code != exitOK || !request.MatchString(p.stderr.String()) {
+			t.Errorf("%q exited %d; stderr lacks the request log:\n%s", args, code, p.stderr)
+		}
+	}
+	code, p := f.run(nil, "status")
+	if code != exitOK || strings.Contains(p.stderr.String(), "verb=") {
+		t.Errorf("status without -v exited %d and logged requests:\n%s", code, p.stderr)
+	}
+	code, p = f.run(nil, "--version")
+	if code != exitOK || !strings.HasPrefix(p.stdout.String(), "kubectl buildlock version ") {
+		t.Errorf("--version exited %d: %q\n%s", code, p.stdout, p.stderr)
+	}
 }

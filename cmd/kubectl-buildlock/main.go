@@ -9,6 +9,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
@@ -34,11 +36,7 @@ import (
 var version string
 
 func main() {
-	// The plugin reports what matters itself; client-go's logs (a watch
-	// that is retried) would only repeat it.
-	klog.LogToStderr(false)
-	klog.SetOutput(io.Discard)
-	logf.SetLogger(logr.Discard())
+	configureLogging(io.Discard) // -v, once parsed, may ask for more
 	if len(os.Args) > 1 && os.Args[1] == superviseArg {
 		os.Exit(supervise(os.Args[2:]))
 	}
@@ -90,6 +88,8 @@ func newRootCommand(f *factory) *cobra.Command {
 	root.SetOut(f.streams.Out)
 	root.SetErr(f.streams.ErrOut)
 	f.kube.AddFlags(root.PersistentFlags())
+	addVerbosityFlag(root.PersistentFlags())
+	root.PersistentPreRun = func(*cobra.Command, []string) { configureLogging(f.streams.ErrOut) }
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr{err} })
 	root.AddCommand(
 		newAcquireCommand(&acquireOptions{f: f}),
@@ -102,8 +102,37 @@ func newRootCommand(f *factory) *cobra.Command {
 		newVersionCommand(&versionOptions{f: f}),
 		newOIDCTokenCommand(&oidcTokenOptions{f: f}),
 		newOIDCKubeconfigCommand(&oidcKubeconfigOptions{f: f}),
+		newBuildNumberCommand(&buildNumberOptions{f: f}),
 	)
 	return root
+}
+
+// addVerbosityFlag adds kubectl's -v (--v): klog's verbosity, which
+// client-go's logs follow. It starts at 0 on every run (klog's level is
+// global, and tests run the plugin many times in one process).
+func addVerbosityFlag(fs *pflag.FlagSet) {
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	v := klogFlags.Lookup("v")
+	_ = v.Value.Set("0")
+	v.Usage = "Number for the log level verbosity, as kubectl's: 6 logs each API request (method, URL, status, time), 7 their headers, 8 and more the bodies."
+	fs.AddGoFlag(v) // a one-letter Go flag becomes -v and --v
+}
+
+// configureLogging sends client-go's logs (klog) to stderr when -v asks
+// for them, and nowhere otherwise: at 0 the plugin reports what matters
+// itself, and client-go's logs (a watch that is retried) would only repeat
+// it. From -v=6 on, client-go's round trippers log every request, as
+// kubectl's do.
+func configureLogging(stderr io.Writer) {
+	klog.LogToStderr(false)
+	if !klog.V(1).Enabled() {
+		klog.SetOutput(io.Discard)
+		logf.SetLogger(logr.Discard())
+		return
+	}
+	klog.SetOutput(stderr)
+	logf.SetLogger(klog.NewKlogr())
 }
 
 // options is the shape of every command, kubernetes/sample-cli-plugin's:

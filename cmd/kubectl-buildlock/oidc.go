@@ -101,17 +101,18 @@ const oidcKubeconfigLong = `Print a kubeconfig with which this CI job reaches th
 CI system's OIDC ID token, instead of a stored secret: its user runs
 "kubectl-buildlock oidc-token" (this binary) with the same --audience or --token-env
 whenever it needs a token, so kubectl, helm and the plugin renew it as it expires.
-The kubeconfig holds no secret. The cluster must trust the CI system's tokens
+The kubeconfig holds no secret; its context names the claims' namespace
+(--namespace, required). The cluster must trust the CI system's tokens
 (docs/install.md, "Pipelines without cluster secrets").
 
 Exit codes: 0 printed, 1 error, 2 usage error.`
 
 const oidcKubeconfigExample = `  # GitHub Actions (permissions: id-token: write)
-  kubectl buildlock oidc-kubeconfig --server https://k8s.example.com:6443 \
+  kubectl buildlock oidc-kubeconfig --server https://k8s.example.com:6443 --namespace ci \
     --certificate-authority-data "$CLUSTER_CA" --audience https://k8s.example.com > "$RUNNER_TEMP/kubeconfig"
 
   # GitLab, with id_tokens: {BUILDLOCK_ID_TOKEN: {aud: https://k8s.example.com}}
-  kubectl buildlock oidc-kubeconfig --server https://k8s.example.com:6443 \
+  kubectl buildlock oidc-kubeconfig --server https://k8s.example.com:6443 --namespace ci \
     --certificate-authority ca.crt --token-env BUILDLOCK_ID_TOKEN > kubeconfig`
 
 // oidcKubeconfigOptions is `kubectl buildlock oidc-kubeconfig`.
@@ -155,8 +156,12 @@ func (o *oidcKubeconfigOptions) Complete(*cobra.Command, []string) error {
 }
 
 func (o *oidcKubeconfigOptions) Validate() error {
-	if o.cluster.Server == "" {
+	switch {
+	case o.cluster.Server == "":
 		return errors.New("--server is required: the URL of the cluster's API server")
+	case o.cluster.Namespace == "":
+		return errors.New("--namespace is required: the namespace of the claims, where the cluster grants this job buildlock-pipeline " +
+			"(the kubeconfig's context names it, so that every command of the job works there)")
 	}
 	return o.token.validate()
 }

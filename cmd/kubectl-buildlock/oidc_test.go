@@ -106,6 +106,7 @@ func TestOIDCTokenPrintsAnExecCredential(t *testing.T) {
 		"oidc-token":                            "--audience (GitHub Actions) or --token-env",
 		"oidc-token --audience a --token-env T": "not both",
 		"oidc-kubeconfig --audience a":          "--server is required",
+		"oidc-kubeconfig --server https://k8s.acme.example --audience a": "--namespace is required",
 	} {
 		errOut.Reset()
 		if code := run(context.Background(), strings.Fields(args), genericiooptions.IOStreams{Out: &out, ErrOut: &errOut}, nil); code != exitUsage ||

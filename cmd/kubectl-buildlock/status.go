@@ -8,6 +8,7 @@ import (
 	"path"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -100,7 +101,12 @@ func (o *statusOptions) show(locks []lock.Summary) error {
 	out := o.f.streams.Out
 	switch {
 	case *o.print.OutputFormat == "name":
-		for _, bl := range holdersAndQueues(locks) {
+		claims := holdersAndQueues(locks)
+		if len(claims) == 0 {
+			// As kubectl get -o name says that it found nothing.
+			fmt.Fprintf(o.f.streams.ErrOut, "No BuildLocks hold or wait %s.\n", o.where())
+		}
+		for _, bl := range claims {
 			if err := o.printer.PrintObj(bl, out); err != nil {
 				return err
 			}
@@ -109,11 +115,7 @@ func (o *statusOptions) show(locks []lock.Summary) error {
 	case o.printer != nil:
 		return o.printer.PrintObj(&lockStatusList{TypeMeta: lockStatusListType, Items: locks}, out)
 	case len(locks) == 0:
-		where := "in namespace " + o.namespace
-		if o.allNamespaces {
-			where = "in any namespace"
-		}
-		fmt.Fprintf(o.f.streams.ErrOut, "No BuildLocks found %s.\n", where)
+		fmt.Fprintf(o.f.streams.ErrOut, "No BuildLocks found %s.\n", o.where())
 		return nil
 	}
 	// A frozen target first: it explains every waiting claim below.
@@ -126,6 +128,18 @@ func (o *statusOptions) show(locks []lock.Summary) error {
 		return err
 	}
 	return printAudit(out, locks, o.allNamespaces)
+}
+
+// where says where status looked: "in namespace ci" (on target staging).
+func (o *statusOptions) where() string {
+	where := "in namespace " + o.namespace
+	if o.allNamespaces {
+		where = "in any namespace"
+	}
+	if o.target != "" {
+		where = "on " + o.target + " " + where
+	}
+	return where
 }
 
 // printAudit prints the locks' audits, newest first, under a heading:
@@ -292,4 +306,18 @@ func describeLock(l lock.Summary) string {
 		holder = "held by " + buildOf(l.Holder)
 	}
 	return fmt.Sprintf("%s, %d waiting (%s)", holder, len(l.Queue), l.Ordering)
+}
+
+// phaseLine is how acquire reports a claim's phase and message: the
+// message alone when it starts with the phase already ("Waiting for build
+// 42 of acme/shop@main to release staging."), else "Phase: message"
+// ("Waiting: staging is frozen until ..."), or the phase alone.
+func phaseLine(phase buildlockv1.Phase, message string) string {
+	switch {
+	case message == "":
+		return string(phase)
+	case strings.HasPrefix(message, string(phase)+" "):
+		return message
+	}
+	return string(phase) + ": " + message
 }

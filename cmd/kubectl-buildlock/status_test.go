@@ -125,3 +125,22 @@ func TestStatusOutputFormats(t *testing.T) {
 		t.Errorf("-o yaml =\n%s", got)
 	}
 }
+
+// TestPhaseLineSaysThePhaseOnce: acquire's progress line names the phase
+// once, whether or not the operator's message starts with it.
+func TestPhaseLineSaysThePhaseOnce(t *testing.T) {
+	for _, tc := range []struct {
+		phase         buildlockv1.Phase
+		message, want string
+	}{
+		{buildlockv1.PhaseWaiting, "Waiting for build 42 of acme/shop@main to release staging.", "Waiting for build 42 of acme/shop@main to release staging."},
+		{buildlockv1.PhaseWaiting, "staging is frozen until 2026-12-02T01:36:04Z (incident 4711); this build keeps its place",
+			"Waiting: staging is frozen until 2026-12-02T01:36:04Z (incident 4711); this build keeps its place"},
+		{buildlockv1.PhasePending, "", "Pending"},
+		{buildlockv1.PhaseWaiting, "Waitingroom is full.", "Waiting: Waitingroom is full."},
+	} {
+		if got := phaseLine(tc.phase, tc.message); got != tc.want {
+			t.Errorf("phaseLine(%s, %q) = %q, want %q", tc.phase, tc.message, got, tc.want)
+		}
+	}
+}

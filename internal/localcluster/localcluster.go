@@ -31,6 +31,11 @@ type Options struct {
 	// admission policies, for a caller that installs them itself (the chart
 	// test installs the chart's copies with helm).
 	WithoutCRDs bool
+	// DieWithThisProcess makes etcd and kube-apiserver die with this
+	// process on Linux, however it ends (killed, or by a signal it did
+	// not handle): they are started through this program's executable,
+	// whose main must call RunChildIfAsked first (`make run`'s does).
+	DieWithThisProcess bool
 }
 
 // Cluster is a running local control plane.
@@ -39,7 +44,8 @@ type Cluster struct {
 	Env *testenv.Environment
 	// Config is an administrator's (system:masters) connection.
 	Config *rest.Config
-	// Dir is the temporary directory holding Kubeconfig; Stop removes it.
+	// Dir is the temporary directory holding Kubeconfig (and the links
+	// of DieWithThisProcess); Stop removes it.
 	Dir string
 	// Kubeconfig is the path of an administrator's kubeconfig.
 	Kubeconfig string
@@ -71,18 +77,28 @@ func Start(o Options) (_ *Cluster, err error) {
 			return nil, fmt.Errorf("no control plane in %s: run `make envtest` to build it", env.BinaryAssetsDirectory)
 		}
 	}
+	dir, err := os.MkdirTemp("", "buildlock-local-")
+	if err != nil {
+		return nil, fmt.Errorf("creating a directory for the kubeconfig: %w", err)
+	}
+	c := &Cluster{Root: root, Dir: dir}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, c.Stop())
+		}
+	}()
+	if o.DieWithThisProcess {
+		if err := startThroughThisProcess(env.Environment, dir); err != nil {
+			return nil, err
+		}
+	}
 	cfg, err := env.Start()
 	if err != nil {
 		// envtest leaves etcd and kube-apiserver running when a later step
 		// (installing the CRD) fails.
 		return nil, errors.Join(fmt.Errorf("starting the local control plane: %w", err), env.Stop())
 	}
-	c := &Cluster{Env: env, Config: cfg, Root: root}
-	defer func() {
-		if err != nil {
-			err = errors.Join(err, c.Stop())
-		}
-	}()
+	c.Env, c.Config = env, cfg
 	if !o.WithoutCRDs {
 		// The identity policies of every installation (env.Start installed
 		// them) and the fence of an enforcing one, so that a BuildLockPolicy
@@ -92,9 +108,6 @@ func Start(o Options) (_ *Cluster, err error) {
 		}
 	}
 
-	if c.Dir, err = os.MkdirTemp("", "buildlock-local-"); err != nil {
-		return nil, fmt.Errorf("creating a directory for the kubeconfig: %w", err)
-	}
 	// A user of its own rather than envtest's default one, so that the
 	// kubeconfig stays valid whatever envtest does with its own files.
 	admin, err := env.AddUser(envtest.User{Name: "buildlock-admin", Groups: []string{"system:masters"}}, nil)

@@ -35,9 +35,9 @@ var (
 	ErrLost = errors.New("the hold was lost")
 	// ErrNoHolder: force-release found no claim that holds the target.
 	ErrNoHolder = errors.New("no claim holds the target")
-	// ErrInvalidReason: a force-release reason is empty, too long, or has
-	// control characters.
-	ErrInvalidReason = errors.New("invalid force-release reason")
+	// ErrInvalidReason: the reason of a force-release, a freeze or an
+	// override is empty, too long, or has control characters.
+	ErrInvalidReason = errors.New("invalid reason")
 )
 
 // SupersededError is the ErrSuperseded outcome.

@@ -2,11 +2,16 @@ package chart
 
 import (
 	"encoding/json"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -46,9 +51,66 @@ func (r *collectorRecorder) MustRegister(cs ...prometheus.Collector) {
 	r.collectors = append(r.collectors, cs...)
 }
 
-// servedMetrics are the metric families the operator's manager registers
-// (controller.NewMetrics), with the labeled ones that have no series yet.
+// servedMetrics are the metric families the operator's manager registers:
+// controller.NewMetrics's (with the labeled ones that have no series yet),
+// and every other one its packages define (metricsInSource: the policy
+// controller's fence and freeze metrics, which it registers itself).
 func servedMetrics(t *testing.T) []string {
+	t.Helper()
+	names := registeredMetrics(t)
+	for _, n := range metricsInSource(t, filepath.Join(repoRoot(t), "internal", "controller")) {
+		if !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	return names
+}
+
+// metricsInSource returns the names of the metrics that the Go files under
+// dir (not tests) define: the Name of a prometheus *Opts literal, and the
+// first argument of prometheus.NewDesc.
+func metricsInSource(t *testing.T, dir string) []string {
+	t.Helper()
+	var names []string
+	add := func(e ast.Expr) {
+		if lit, ok := e.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+			if v, err := strconv.Unquote(lit.Value); err == nil && strings.HasPrefix(v, "buildlock_") {
+				names = append(names, v)
+			}
+		}
+	}
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
+		if err != nil {
+			return err
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.KeyValueExpr:
+				if k, ok := n.Key.(*ast.Ident); ok && k.Name == "Name" {
+					add(n.Value)
+				}
+			case *ast.CallExpr:
+				if sel, ok := n.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "NewDesc" && len(n.Args) > 0 {
+					add(n.Args[0])
+				}
+			}
+			return true
+		})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return names
+}
+
+// registeredMetrics are the metric families controller.NewMetrics
+// registers, with the labeled ones that have no series yet.
+func registeredMetrics(t *testing.T) []string {
 	t.Helper()
 	rec := &collectorRecorder{}
 	controller.NewMetrics(rec)
@@ -109,6 +171,19 @@ func TestGrafanaDashboard(t *testing.T) {
 		}
 	}
 	g.Expect(exprs).To(HaveLen(len(slices.Compact(slices.Sorted(slices.Values(exprs))))), "no query twice")
+
+	// Every metric the operator serves is one a person acts on (a frozen
+	// target, an override, a rollback, a fence that does not hold, a grant
+	// record someone edits, ...): each has a panel.
+	queried := map[string]bool{}
+	for _, e := range exprs {
+		for _, sel := range metricSelectors(e) {
+			queried[regexp.MustCompile(`_(bucket|sum|count)$`).ReplaceAllString(selectorRE.FindStringSubmatch(sel)[1], "")] = true
+		}
+	}
+	for _, name := range served {
+		g.Expect(queried).To(HaveKey(name), "the operator serves %s, which no panel shows", name)
+	}
 
 	t.Run("promtool: every query is valid PromQL", func(t *testing.T) {
 		promtool := os.Getenv("PROMTOOL")

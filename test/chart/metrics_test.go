@@ -165,6 +165,10 @@ func TestRenderedHelmTest(t *testing.T) {
 			var pod corev1.Pod
 			find(t, objs, "Pod", "buildlock-test", &pod)
 			g.Expect(pod.Annotations).To(HaveKeyWithValue("helm.sh/hook", "test"))
+			// Deleted whatever the outcome (a failed or timed-out test too),
+			// its log printed first when it failed.
+			g.Expect(pod.Annotations).To(HaveKeyWithValue("helm.sh/hook-delete-policy", "before-hook-creation,hook-succeeded,hook-failed"))
+			g.Expect(pod.Annotations).To(HaveKeyWithValue("helm.sh/hook-output-log-policy", "hook-failed"))
 			c := pod.Spec.Containers[0]
 			g.Expect(c.Command).To(Equal([]string{"sh", "-c", string(script)}))
 			env := map[string]string{}
@@ -179,6 +183,10 @@ func TestRenderedHelmTest(t *testing.T) {
 				g.Expect(binding.RoleRef.Name).To(Equal("buildlock-metrics-reader"))
 				g.Expect(binding.Subjects).To(ConsistOf(HaveField("Name", pod.Spec.ServiceAccountName)))
 				g.Expect(binding.Annotations).To(HaveKeyWithValue("helm.sh/hook", "test"))
+				g.Expect(binding.Annotations).To(HaveKeyWithValue("helm.sh/hook-delete-policy", "before-hook-creation,hook-succeeded,hook-failed"))
+				var sa corev1.ServiceAccount
+				find(t, objs, "ServiceAccount", "buildlock-test", &sa)
+				g.Expect(sa.Annotations).To(HaveKeyWithValue("helm.sh/hook-delete-policy", "before-hook-creation,hook-succeeded,hook-failed"))
 			} else {
 				g.Expect(pod.Spec.AutomountServiceAccountToken).To(HaveValue(BeFalse()), "no token when none is needed")
 			}

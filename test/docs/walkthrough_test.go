@@ -39,6 +39,44 @@ func TestReadmeWalkthroughRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	script, shown := walkthroughScript(t)
+
+	logs := &testenv.SyncBuffer{}
+	ctrl.SetLogger(zap.New(zap.WriteTo(logs), zap.UseDevMode(true)))
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	c, pluginDir := startMakeRun(ctx, t, root)
+
+	sh := exec.CommandContext(ctx, "bash", "-c", script)
+	sh.Dir = root
+	sh.Env = append(os.Environ(), "KUBECONFIG="+c.Kubeconfig, "PLUGIN_DIR="+pluginDir, "HOME="+t.TempDir())
+	var stdout, stderr bytes.Buffer
+	sh.Stdout, sh.Stderr = &stdout, &stderr
+	if err := sh.Run(); err != nil {
+		t.Fatalf("README.md's %q failed: %v\nscript:\n%s\nstdout:\n%s\nstderr:\n%s\noperator:\n%s",
+			walkthrough, err, script, stdout.String(), stderr.String(), logs.String())
+	}
+	if testing.Verbose() {
+		t.Logf("README.md's %q printed:\n%s%s", walkthrough, stdout.String(), stderr.String())
+	}
+	outputs := strings.Split(stdout.String(), blockEnd+"\n")
+	for i, want := range shown {
+		if want == "" {
+			continue
+		}
+		if problem := lastLinesDiffer(outputs[i], want); problem != "" {
+			t.Errorf("README.md: the output shown after sh block %d is not what it prints: %s\nprinted:\n%s", i+1, problem, outputs[i])
+		}
+	}
+}
+
+// walkthroughScript is README's walk-through as one bash script, `set -e`:
+// every line of its sh blocks but `make` lines (what the tests set up
+// themselves), each block's output ended by blockEnd, with the test's
+// plugin ($PLUGIN_DIR) first on PATH; and per sh block, the console block
+// that follows it, if any.
+func walkthroughScript(t *testing.T) (string, []string) {
+	t.Helper()
 	section, err := doctest.Section("README.md", walkthrough)
 	if err != nil {
 		t.Fatal(err)
@@ -70,34 +108,7 @@ func TestReadmeWalkthroughRuns(t *testing.T) {
 	if len(shown) < 3 {
 		t.Fatalf("README.md's %q has %d sh blocks; want the walk-through's", walkthrough, len(shown))
 	}
-
-	logs := &testenv.SyncBuffer{}
-	ctrl.SetLogger(zap.New(zap.WriteTo(logs), zap.UseDevMode(true)))
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
-	defer cancel()
-	c, pluginDir := startMakeRun(ctx, t, root)
-
-	sh := exec.CommandContext(ctx, "bash", "-c", script.String())
-	sh.Dir = root
-	sh.Env = append(os.Environ(), "KUBECONFIG="+c.Kubeconfig, "PLUGIN_DIR="+pluginDir, "HOME="+t.TempDir())
-	var stdout, stderr bytes.Buffer
-	sh.Stdout, sh.Stderr = &stdout, &stderr
-	if err := sh.Run(); err != nil {
-		t.Fatalf("README.md's %q failed: %v\nscript:\n%s\nstdout:\n%s\nstderr:\n%s\noperator:\n%s",
-			walkthrough, err, script.String(), stdout.String(), stderr.String(), logs.String())
-	}
-	if testing.Verbose() {
-		t.Logf("README.md's %q printed:\n%s%s", walkthrough, stdout.String(), stderr.String())
-	}
-	outputs := strings.Split(stdout.String(), blockEnd+"\n")
-	for i, want := range shown {
-		if want == "" {
-			continue
-		}
-		if problem := lastLinesDiffer(outputs[i], want); problem != "" {
-			t.Errorf("README.md: the output shown after sh block %d is not what it prints: %s\nprinted:\n%s", i+1, problem, outputs[i])
-		}
-	}
+	return script.String(), shown
 }
 
 // startMakeRun starts what `make run` starts, a local control plane and the

@@ -38,10 +38,12 @@ func maskTranscript(line string) string {
 
 // TestReadmeWindowsTranscript runs the commands of README's deploy windows
 // transcript in order on the local control plane and operator that `make
-// run` starts, with the plugin freshly built: every line the README shows
-// after a command must be among what that command (or a command it left in
-// the background) printed, in order, but for instants, window names and
-// ages. The README leaves some lines out, and says so.
+// run` starts, with the plugin freshly built, after README's walk-through
+// (as a reader who follows the page does: its tokens go on from there):
+// every line the README shows after a command must be among what that
+// command (or a command it left in the background) printed, in order, but
+// for instants, window names and ages. The README leaves some lines out,
+// and says so.
 func TestReadmeWindowsTranscript(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a control plane; skipped with -short")
@@ -90,10 +92,17 @@ func TestReadmeWindowsTranscript(t *testing.T) {
 	}
 	script.WriteString("wait\n")
 
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
 	c, pluginDir := startMakeRun(ctx, t, root)
 	kubectlDir := filepath.Dir(localcluster.KubectlPath(root))
+	walk, _ := walkthroughScript(t)
+	first := exec.CommandContext(ctx, "bash", "-c", walk)
+	first.Dir = root
+	first.Env = append(os.Environ(), "KUBECONFIG="+c.Kubeconfig, "PLUGIN_DIR="+pluginDir, "HOME="+t.TempDir())
+	if out, err := first.CombinedOutput(); err != nil {
+		t.Fatalf("README.md's %q, before the transcript, failed: %v\n%s", walkthrough, err, out)
+	}
 	sh := exec.CommandContext(ctx, "bash", "-c", script.String())
 	sh.Dir = t.TempDir()
 	sh.Env = append(os.Environ(), "KUBECONFIG="+c.Kubeconfig, "PLUGIN_DIR="+pluginDir+":"+kubectlDir, "HOME="+t.TempDir())

@@ -142,9 +142,12 @@ func TestActionTellsTheCommandsExitCodeFromThePlugins(t *testing.T) {
 }
 
 // TestActionOutcomes: each of the plugin's exit codes fails the step with
-// that code and sets the outcome output.
+// that code and sets the outcome output to its own name.
 func TestActionOutcomes(t *testing.T) {
-	for code, outcome := range map[string]string{"3": "superseded", "4": "timeout", "5": "ended", "1": "error"} {
+	for code, outcome := range map[string]string{
+		"1": "error", "2": "usage", "3": "superseded", "4": "timeout", "5": "ended", "6": "other-run", "7": "frozen",
+		"127": "not-started", "130": "interrupted", "143": "interrupted",
+	} {
 		r, calls := runAction(t, "v0.2.0", map[string]any{"target": "staging", "command": "./deploy.sh staging"}, "STUB_ACQUIRE=staging="+code)
 		out := r.output.String()
 		if r.status["deploy"] != jobFailed || len(named(calls, stubDeploy)) != 0 {
@@ -230,4 +233,27 @@ func TestActionRefusesABuildlockJobThatCouldWriteToGitHubEnv(t *testing.T) {
 		t.Errorf("job %s, want failed before acquiring; output:\n%s", r.status["deploy"], r.output.String())
 	}
 	assertContains(t, r.output.String(), "BUILDLOCK_JOB must be letters, digits")
+}
+
+// TestActionFailsIfFrozen: fail-if-frozen passes --fail-if-frozen, and a
+// frozen target fails the step with exit code 7, outcome frozen, and an
+// error annotation that says what to do; without it, the plugin waits.
+func TestActionFailsIfFrozen(t *testing.T) {
+	r, calls := runAction(t, "v0.2.0", map[string]any{"target": "staging", "command": "./deploy.sh staging", "fail-if-frozen": "true"}, "STUB_ACQUIRE=staging=7")
+	acq := acquires(calls)
+	if len(acq) != 1 || !slices.Contains(acq[0].Args, "--fail-if-frozen") || r.status["deploy"] != jobFailed {
+		t.Fatalf("job %s, acquire calls %v; want failed after one acquire --fail-if-frozen", r.status["deploy"], acq)
+	}
+	out := r.output.String()
+	assertContains(t, out, "outputs: outcome=frozen exit-code=7 ", "::error title=buildlock frozen on staging::", "kubectl buildlock override")
+
+	_, calls = runAction(t, "v0.2.0", map[string]any{"target": "staging", "command": "./deploy.sh staging"})
+	if acq := acquires(calls); len(acq) != 1 || slices.Contains(acq[0].Args, "--fail-if-frozen") {
+		t.Errorf("without fail-if-frozen, acquire ran as %v", acq)
+	}
+	r, calls = runAction(t, "v0.2.0", map[string]any{"target": "staging", "command": "./deploy.sh staging", "fail-if-frozen": "maybe"})
+	if r.status["deploy"] != jobFailed || len(acquires(calls)) != 0 {
+		t.Errorf("fail-if-frozen: maybe: job %s, want failed before acquiring", r.status["deploy"])
+	}
+	assertContains(t, r.output.String(), "fail-if-frozen must be true or false")
 }

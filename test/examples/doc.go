@@ -19,9 +19,10 @@
 // what stops a pipeline. Each rule is documented where it is reproduced. The
 // Jenkins helper runs the Groovy with groovy (testdata/jenkins.groovy).
 //
-// shellcheck, actionlint ($ACTIONLINT, else on PATH) and groovy are not part
-// of a fresh machine: without one, the tests that need it skip, unless
-// $REQUIRE_TOOLS is set (`make lint-examples` sets it, and .ci/run installs
-// shellcheck and groovy). The Tekton Task is also validated with Tekton's own
+// shellcheck, actionlint ($ACTIONLINT, else on PATH), groovy and busybox
+// (the shell of the plugin's image, which the GitLab component runs on) are
+// not part of a fresh machine: without one, the tests that need it skip,
+// unless $REQUIRE_TOOLS is set (`make lint-examples` sets it, and .ci/run
+// installs shellcheck, groovy and busybox). The Tekton Task is also validated with Tekton's own
 // types, in the module test/examples/tekton.
 package examples

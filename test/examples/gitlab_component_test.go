@@ -311,3 +311,49 @@ func TestGitLabComponentDocumentsEveryInput(t *testing.T) {
 		}
 	}
 }
+
+// TestGitLabComponentRunsOnThePluginImage: included with no image, the
+// component's job runs on the plugin's release image, which has busybox's
+// sh and no bash: it takes the lock, runs the command under it (with
+// pipefail, which busybox's sh has), and fails when the command does; with
+// oidc it writes its kubeconfig there too.
+func TestGitLabComponentRunsOnThePluginImage(t *testing.T) {
+	include := func(inputs map[string]any) gitlabPipeline {
+		t.Helper()
+		top, err := gitlabInclude(t, map[string]any{"include": []any{map[string]any{
+			"component": "gitlab.example.com/platform/buildlock/buildlock@0.2.0", "inputs": inputs,
+		}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := gitlabPipelineOf(t, "a pipeline with the component", top)
+		if img := p.jobs["deploy-staging"].Image; !strings.HasPrefix(img, pluginImage+":") {
+			t.Fatalf("the job's default image is %q, want the plugin's image", img)
+		}
+		return p
+	}
+
+	s := newStubs(t)
+	run := runGitLab(t, s, include(map[string]any{"target": "staging", "command": `./deploy.sh "$BUILDLOCK_TARGET" | cat`}), gitlabPredefined(), nil)
+	if run.status["deploy-staging"] != jobPassed {
+		t.Fatalf("job %v; output:\n%s", run.status, run.output.String())
+	}
+	assertDeployed(t, s.calls(t), run.output.String(), "staging")
+
+	s = newStubs(t)
+	run = runGitLab(t, s, include(map[string]any{"target": "staging", "command": `./deploy.sh "$BUILDLOCK_TARGET" | cat`}), gitlabPredefined(), []string{"STUB_DEPLOY_EXIT=1"})
+	if run.status["deploy-staging"] != jobFailed {
+		t.Errorf("a deploy that fails in a pipeline: job %v, want failed (pipefail); output:\n%s", run.status, run.output.String())
+	}
+
+	s = newStubs(t)
+	run = runGitLab(t, s, include(map[string]any{"target": "staging", "command": "./deploy.sh staging", "oidc": "true", "namespace": "ci",
+		"oidc-audience": "https://k8s.acme.example", "server": "https://k8s.acme.example:6443"}), gitlabPredefined(), nil)
+	if run.status["deploy-staging"] != jobPassed {
+		t.Fatalf("with oidc: job %v; output:\n%s", run.status, run.output.String())
+	}
+	acq := acquires(s.calls(t))
+	if len(acq) != 1 || acq[0].Env["KUBECONFIG"] == "" {
+		t.Errorf("with oidc, acquire ran as %+v, want with the kubeconfig the job wrote", acq)
+	}
+}

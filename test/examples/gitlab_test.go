@@ -3,6 +3,9 @@ package examples
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -20,9 +23,15 @@ import (
 //   - Variables (global, then the job's) are expanded by GitLab, not by a
 //     shell: $NAME and ${NAME} are replaced by values, which are not
 //     expanded again and never executed.
-//   - before_script and script run in one shell (bash) that starts with
-//     `set -eo pipefail`, as the runner's bash shell does; after_script runs
-//     in a new shell whatever happened, and its result does not count.
+//   - before_script and script run in one shell, which the runner picks by
+//     the job's image: bash where the image has it, starting with
+//     `set -eo pipefail`; else sh, starting with `set -o errexit` and
+//     pipefail where that sh has it (GitLab Runner's shell detection). The
+//     plugin's image (ghcr.io/buildlock/kubectl-buildlock, on busybox: see
+//     pluginImageBase) has no bash: its jobs run under busybox's sh, with
+//     busybox's tools alone on PATH beside the stubs. Any other image is
+//     this machine's, with bash. after_script runs in a new shell whatever
+//     happened, and its result does not count.
 //   - Each entry of a job's id_tokens is a variable holding an ID token
 //     (a JWT) whose aud is the entry's, minted for the job.
 //   - A job runs when the jobs it needs (or, without needs, every job of the
@@ -290,9 +299,14 @@ func runGitLabJob(t *testing.T, s *stubs, p gitlabPipeline, name string, predefi
 	for k, v := range vars {
 		jobEnv = append(jobEnv, k+"="+v)
 	}
-	bash := []string{"bash", "--noprofile", "--norc"}
-	script := "set -eo pipefail\n" + strings.Join(append(append([]string{}, job.BeforeScript...), job.Script...), "\n") + "\n"
-	code, out := runScript(t, bash, script, nil, checkout, s.env(jobEnv...))
+	shell, prelude := []string{"bash", "--noprofile", "--norc"}, "set -eo pipefail\n"
+	if strings.HasPrefix(job.Image, pluginImage+":") {
+		busybox := busyboxImage(t)
+		shell, prelude = []string{filepath.Join(busybox, "sh")}, "if set -o | grep pipefail > /dev/null; then set -o pipefail; fi\nset -o errexit\n"
+		jobEnv = append(jobEnv, "PATH="+s.bin+":"+busybox)
+	}
+	script := prelude + strings.Join(append(append([]string{}, job.BeforeScript...), job.Script...), "\n") + "\n"
+	code, out := runScript(t, shell, script, nil, checkout, s.env(jobEnv...))
 	fmt.Fprintf(output, "[%s] exit %d\n%s", name, code, out)
 	state := jobFailed
 	switch {
@@ -302,7 +316,7 @@ func runGitLabJob(t *testing.T, s *stubs, p gitlabPipeline, name string, predefi
 		state = jobAllowed
 	}
 	if len(job.AfterScript) > 0 {
-		code, out := runScript(t, bash, strings.Join(job.AfterScript, "\n")+"\n", nil, checkout, s.env(jobEnv...))
+		code, out := runScript(t, shell, strings.Join(job.AfterScript, "\n")+"\n", nil, checkout, s.env(jobEnv...))
 		fmt.Fprintf(output, "[%s after_script] exit %d\n%s", name, code, out)
 	}
 	return state
@@ -329,4 +343,47 @@ func gitlabPredefined() map[string]string {
 func gitlabExample(t *testing.T) gitlabPipeline {
 	t.Helper()
 	return loadGitLab(t, "examples/gitlab/gitlab-ci.yml")
+}
+
+// pluginImage is the plugin's release image, the component's default.
+const pluginImage = "ghcr.io/buildlock/kubectl-buildlock"
+
+// pluginImageBase is the base of the plugin's image as the release builds
+// it: hack/images/plugin-base.Dockerfile's FROM where that file exists (the
+// ko build), else release.yml's PLUGIN_BASE.
+func pluginImageBase(t *testing.T) string {
+	t.Helper()
+	if data, err := os.ReadFile(repoFile(t, "hack/images/plugin-base.Dockerfile")); err == nil {
+		if m := regexp.MustCompile(`(?m)^FROM\s+(\S+)`).FindSubmatch(data); m != nil {
+			return string(m[1])
+		}
+		t.Fatal("hack/images/plugin-base.Dockerfile has no FROM line")
+	}
+	m := regexp.MustCompile(`(?m)^\s*PLUGIN_BASE:\s*(\S+)`).FindStringSubmatch(mustRead(t, ".github/workflows/release.yml"))
+	if m == nil {
+		t.Fatal("no base of the plugin's image found (hack/images/plugin-base.Dockerfile, or release.yml's PLUGIN_BASE)")
+	}
+	return m[1]
+}
+
+// busyboxImage stands in for the plugin's image: a directory of busybox's
+// tools, and nothing else. It fails the test unless the release builds the
+// image on busybox, whose sh is what the emulation runs.
+func busyboxImage(t *testing.T) string {
+	t.Helper()
+	if base := pluginImageBase(t); !strings.Contains(base, "/busybox:") {
+		t.Fatalf("the plugin's image is built on %s; the emulation knows busybox's shell only: check that the component's scripts run there, and teach it", base)
+	}
+	busybox := requireTool(t, "busybox")
+	out, err := exec.Command(busybox, "--list").Output()
+	if err != nil {
+		t.Fatalf("busybox --list: %v", err)
+	}
+	dir := t.TempDir()
+	for _, applet := range strings.Fields(string(out)) {
+		if err := os.Symlink(busybox, filepath.Join(dir, applet)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
 }

@@ -9,10 +9,13 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 // The cluster's audience, as examples/*/authentication.yaml trust it.
@@ -149,7 +152,7 @@ func TestActionReachesTheClusterWithTheJobsOIDCToken(t *testing.T) {
 			r := newGHRun(t, s, defaultGHEvent(), "STUB_RELEASES="+fakeRelease(t, "v0.2.0"), "STUB_DEPLOY_CONNECTS=1")
 			r.idTokenURL, r.idTokenRequest = endpoint.URL+"/_apis/distributedtask/token?api-version=2.0", endpoint.request
 			r.runWorkflow(oidcWorkflow(permissions, map[string]any{
-				"target": "staging", "command": "./deploy.sh staging",
+				"target": "staging", "command": "./deploy.sh staging", "namespace": "ci",
 				"oidc-audience": oidcAudience, "server": api.URL, "certificate-authority-data": api.caData(),
 			}))
 			out := r.output.String()
@@ -184,12 +187,15 @@ func TestActionReachesTheClusterWithTheJobsOIDCToken(t *testing.T) {
 			}
 			tokens := append(seen, endpoint.request)
 			assertNoTokenIn(t, calls, out+string(data), tokens...)
+			assertKubeconfigNamespace(t, data, "ci")
 		})
 	}
 }
 
 // TestActionOIDCNeedsThePermissionAndTheServer: without id-token: write,
-// or without the server, the action says what is missing before claiming.
+// the server or the claims' namespace (the kubeconfig names it: without it
+// the job's claims would go to default, where the cluster grants nothing),
+// the action says what is missing before claiming.
 func TestActionOIDCNeedsThePermissionAndTheServer(t *testing.T) {
 	endpoint := newTokenEndpoint(t)
 	for name, tc := range map[string]struct {
@@ -204,7 +210,13 @@ func TestActionOIDCNeedsThePermissionAndTheServer(t *testing.T) {
 		},
 		"no server": {
 			permissions: map[string]any{"id-token": "write"},
+			with:        map[string]any{"namespace": "ci"},
 			want:        "oidc-audience needs server",
+		},
+		"no namespace": {
+			permissions: map[string]any{"id-token": "write"},
+			with:        map[string]any{"server": "https://k8s.acme.example:6443"},
+			want:        "oidc-audience needs namespace",
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -233,7 +245,7 @@ func TestGitLabComponentReachesTheClusterWithTheJobsIDToken(t *testing.T) {
 	top, err := gitlabInclude(t, map[string]any{"include": []any{map[string]any{
 		"component": "gitlab.example.com/platform/buildlock/buildlock@v0.2.0",
 		"inputs": map[string]any{
-			"target": "staging", "image": "deploy", "command": "./deploy.sh staging",
+			"target": "staging", "image": "deploy", "command": "./deploy.sh staging", "namespace": "ci",
 			"oidc": true, "oidc-audience": oidcAudience, "server": api.URL, "certificate-authority-data": api.caData(),
 		},
 	}}})
@@ -255,6 +267,15 @@ func TestGitLabComponentReachesTheClusterWithTheJobsIDToken(t *testing.T) {
 		t.Fatalf("the cluster was shown %v, want the job's ID token for %s; output:\n%s", seen, oidcAudience, out)
 	}
 	assertNoTokenIn(t, s.calls(t), out, seen[0])
+	acq := acquires(s.calls(t))
+	if len(acq) != 1 {
+		t.Fatalf("%d acquire calls", len(acq))
+	}
+	data, err := os.ReadFile(acq[0].Env["KUBECONFIG"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertKubeconfigNamespace(t, data, "ci")
 
 	// Without oidc the job declares no ID token: GitLab mints none.
 	plain, err := gitlabInclude(t, map[string]any{"include": []any{map[string]any{
@@ -292,6 +313,41 @@ func TestInstallDocsShowTheExampleAuthenticationConfigs(t *testing.T) {
 		_, body, ok := strings.Cut(mustRead(t, file), "\napiVersion:")
 		if !ok || !strings.Contains(doc, "```yaml\napiVersion:"+body+"```") {
 			t.Errorf("docs/install.md does not show %s as it is", file)
+		}
+	}
+}
+
+// assertKubeconfigNamespace fails unless the kubeconfig's current context
+// names namespace.
+func assertKubeconfigNamespace(t *testing.T, data []byte, namespace string) {
+	t.Helper()
+	cfg, err := clientcmd.Load(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ctx := cfg.Contexts[cfg.CurrentContext]; ctx == nil || ctx.Namespace != namespace {
+		t.Errorf("the kubeconfig's context is %+v, want namespace %s:\n%s", ctx, namespace, data)
+	}
+}
+
+// TestInstallDocsOIDCSnippetsNameTheNamespace: every snippet of
+// docs/install.md's "In the pipeline" names the claims' namespace, where
+// "The pipelines' rights" binds buildlock-pipeline (ci), so that a reader
+// who copies one is not forbidden in default.
+func TestInstallDocsOIDCSnippetsNameTheNamespace(t *testing.T) {
+	doc := mustRead(t, "docs/install.md")
+	_, section, ok := strings.Cut(doc, "\n### In the pipeline\n")
+	if !ok {
+		t.Fatal(`docs/install.md has no "In the pipeline" section`)
+	}
+	section, _, _ = strings.Cut(section, "\n### ")
+	blocks := regexp.MustCompile("(?s)```(yaml|sh)\n(.*?)```").FindAllStringSubmatch(section, -1)
+	if len(blocks) < 3 {
+		t.Fatalf("%d snippets in \"In the pipeline\", want the action's, the component's and the plugin's", len(blocks))
+	}
+	for _, b := range blocks {
+		if !regexp.MustCompile(`namespace: ci\b|--namespace ci\b|-n ci\b`).MatchString(b[2]) {
+			t.Errorf("this snippet of \"In the pipeline\" names no namespace (the claims would go to default):\n%s", b[2])
 		}
 	}
 }

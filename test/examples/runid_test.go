@@ -1,6 +1,7 @@
 package examples
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/buildlock/buildlock/pkg/lock"
@@ -53,9 +54,24 @@ func TestTektonTaskRunsHaveRunIDsOfTheirOwn(t *testing.T) {
 
 // TestJenkinsStagesHaveRunIDsOfTheirOwn: each stage of the example, run
 // through the shared-library step, claims under a run id of its own (the
-// build tag, the stage, the workspace), and its release agrees.
+// build tag, the stage, the workspace); the one acquire of each holds while
+// the stage's body runs and releases afterwards itself. The stages wait
+// for their locks without a deploy executor (assertWaitsWithoutADeployExecutor).
 func TestJenkinsStagesHaveRunIDsOfTheirOwn(t *testing.T) {
 	s := newStubs(t)
 	run := runJenkins(t, s, nil)
-	assertAJobPerTarget(t, s.calls(t), run.output)
+	assertWaitsWithoutADeployExecutor(t, s, run)
+	ids := runIDs(s.calls(t))
+	var seen []string
+	for _, target := range []string{"staging", "production"} {
+		got := ids[target]
+		if len(got) != 1 || !strings.HasPrefix(got[0], "acquire ") || got[0] == "acquire " {
+			t.Errorf("%s: the plugin ran %q, want one acquire with a run id; output:\n%s", target, got, run.output)
+			continue
+		}
+		seen = append(seen, got[0])
+	}
+	if len(seen) == 2 && seen[0][len("acquire "):] == seen[1][len("acquire "):] {
+		t.Errorf("the staging and production stages share the run id %q", seen[0])
+	}
 }

@@ -16,8 +16,9 @@ import (
 )
 
 // scriptTimeout bounds one script: the stubs answer at once, so a script that
-// runs longer hangs.
-const scriptTimeout = 30 * time.Second
+// runs longer hangs. It is generous: a Groovy emulation starts a JVM, which
+// on a shared, loaded 2-core machine takes tens of seconds.
+const scriptTimeout = 3 * time.Minute
 
 // runScript writes script to a file and runs it as argv + [file] + args in
 // dir with exactly env, the way a CI system hands a script to its shell. It

@@ -14,7 +14,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/tools/clientcmd"
@@ -50,6 +52,12 @@ type call struct {
 	Args []string          `json:"args"`
 	Env  map[string]string `json:"env"`
 	Dir  string            `json:"dir"`
+	// Executors are the Jenkins emulation's executors (their labels) held
+	// when the program started ($JENKINS_EXECUTORS).
+	Executors []string `json:"executors,omitempty"`
+	// Holding are the targets whose stub acquire was running its command
+	// (holding the lock) when the program started.
+	Holding []string `json:"holding,omitempty"`
 }
 
 // flag returns the value that follows name in the arguments (before any
@@ -85,6 +93,14 @@ func runStub(name string, args []string) int {
 		k, v, _ := strings.Cut(kv, "=")
 		c.Env[k] = v
 	}
+	if path := os.Getenv("JENKINS_EXECUTORS"); path != "" {
+		data, _ := os.ReadFile(path)
+		c.Executors = strings.Fields(string(data))
+	}
+	holding, _ := filepath.Glob(os.Getenv("STUB_LOG") + ".holding-*")
+	for _, h := range holding {
+		c.Holding = append(c.Holding, strings.TrimPrefix(h, os.Getenv("STUB_LOG")+".holding-"))
+	}
 	if err := record(c); err != nil {
 		fmt.Fprintf(os.Stderr, "stub %s: %v\n", name, err)
 		return 99
@@ -100,6 +116,9 @@ func runStub(name string, args []string) int {
 	}
 	if name == stubMake {
 		return 0
+	}
+	if d, err := time.ParseDuration(os.Getenv("STUB_DEPLOY_SLEEP")); err == nil {
+		time.Sleep(d)
 	}
 	if os.Getenv("STUB_DEPLOY_CONNECTS") != "" {
 		if err := connect(); err != nil {
@@ -136,13 +155,14 @@ func stubOIDC(c call) int {
 		return 0
 	}
 	server, _ := c.flag("--server")
+	namespace, _ := c.flag("--namespace")
 	ca, _ := c.flag("--certificate-authority-data")
 	caData, err := base64.StdEncoding.DecodeString(ca)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "error: --certificate-authority-data is not base64: %v\n", err)
 		return 2
 	}
-	data, err := lock.OIDCKubeconfig(lock.OIDCCluster{Server: server, CAData: caData}, os.Args[0], append([]string{"oidc-token"}, source...))
+	data, err := lock.OIDCKubeconfig(lock.OIDCCluster{Server: server, CAData: caData, Namespace: namespace}, os.Args[0], append([]string{"oidc-token"}, source...))
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "error: %v\n", err)
 		return 2
@@ -185,12 +205,21 @@ func record(c call) error {
 	return f.Close()
 }
 
+// stubBuildNumber is what the stub's `build-number` prints: a PipelineRun's
+// creation time.
+const stubBuildNumber = "1764669600"
+
 // stubAcquire acts out `kubectl-buildlock acquire`: the exit code for the
 // target comes from $STUB_ACQUIRE ("staging=3,production=0"; default 0).
 // Held with "-- CMD", it runs CMD with the variables the plugin sets and
 // exits with CMD's code; held without, it prints the fencing token.
-// Superseded, it prints what the plugin prints. Other commands succeed.
+// Superseded, it prints what the plugin prints. build-number prints
+// stubBuildNumber; other commands succeed.
 func stubAcquire(c call) int {
+	if len(c.Args) > 0 && c.Args[0] == "build-number" {
+		fmt.Println(stubBuildNumber)
+		return 0
+	}
 	if len(c.Args) == 0 || c.Args[0] != "acquire" {
 		return 0
 	}
@@ -231,16 +260,52 @@ func stubAcquire(c call) int {
 		"BUILDLOCK_NAMESPACE=ci",
 		"BUILDLOCK_TARGET="+target,
 	)
-	err := cmd.Run()
-	var exit *exec.ExitError
-	switch {
-	case errors.As(err, &exit):
-		return exit.ExitCode()
-	case err != nil:
+	// While CMD runs the lock is held: programs started meanwhile record it.
+	holding := os.Getenv("STUB_LOG") + ".holding-" + target
+	if err := os.WriteFile(holding, nil, 0o600); err != nil {
+		fmt.Fprintf(os.Stderr, "stub: %v\n", err)
+		return 99
+	}
+	defer os.Remove(holding)
+	if err := cmd.Start(); err != nil {
 		fmt.Fprintf(os.Stderr, "error: starting %s: %v\n", cmdline[0], err)
 		return 127
 	}
+	if lose := os.Getenv("STUB_LOSE"); lose == target {
+		// The claim stops holding once the deploy has started: as the
+		// plugin does, stop CMD and exit 5.
+		for !deployStarted(target) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		fmt.Fprintf(os.Stderr, "error: the hold was lost: BuildLock ci/stub-%s was force-released\n", target)
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+		return 5
+	}
+	err := cmd.Wait()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		return exit.ExitCode()
+	}
 	return 0
+}
+
+// deployStarted reports whether ./deploy.sh has started for target.
+func deployStarted(target string) bool {
+	f, err := os.Open(os.Getenv("STUB_LOG"))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 16<<20)
+	for sc.Scan() {
+		var c call
+		if json.Unmarshal(sc.Bytes(), &c) == nil && c.Name == stubDeploy && slices.Contains(c.Args, target) {
+			return true
+		}
+	}
+	return false
 }
 
 // stubDownload acts out `curl -o FILE URL` for release downloads: it copies

@@ -28,8 +28,9 @@ import (
 //   - Every step runs in the TaskRun's pod: $HOSTNAME is the pod's name and
 //     KUBERNETES_SERVICE_HOST is set, as the plugin expects in a pod. The
 //     downward API gives the pod's UID and its labels; Tekton labels a
-//     PipelineRun's pods tekton.dev/pipeline=<the Pipeline's name>, and a
-//     label the pod lacks is an empty value.
+//     PipelineRun's pods tekton.dev/pipeline=<the Pipeline's name> and
+//     tekton.dev/pipelineRun=<the PipelineRun's name>, and a label the pod
+//     lacks is an empty value.
 
 type tektonMeta struct {
 	Name        string            `json:"name"`
@@ -60,6 +61,10 @@ type tektonEnvVar struct {
 		} `json:"fieldRef"`
 	} `json:"valueFrom,omitempty"`
 }
+
+// tektonPipelineRun is the name of the emulated PipelineRun, which Tekton
+// labels its pods with (tekton.dev/pipelineRun).
+const tektonPipelineRun = "build-and-deploy-x7k2p"
 
 // tektonPodUID is the pod UID the emulated steps see through the downward
 // API (valueFrom.fieldRef metadata.uid).
@@ -341,6 +346,12 @@ func runTektonTask(t *testing.T, s *stubs, task tektonTask, runName, pipeline st
 				stepEnv = append(stepEnv, e.Name+"="+tektonPodUID)
 			case e.ValueFrom.FieldRef.FieldPath == "metadata.labels['tekton.dev/pipeline']":
 				stepEnv = append(stepEnv, e.Name+"="+pipeline)
+			case e.ValueFrom.FieldRef.FieldPath == "metadata.labels['tekton.dev/pipelineRun']":
+				if pipeline != "" {
+					stepEnv = append(stepEnv, e.Name+"="+tektonPipelineRun)
+				} else {
+					stepEnv = append(stepEnv, e.Name+"=")
+				}
 			default:
 				t.Fatalf("step %s: env %s from %q, which the emulation does not know", step.Name, e.Name, e.ValueFrom.FieldRef.FieldPath)
 			}
@@ -377,3 +388,43 @@ func tektonExample(t *testing.T) (tektonPipeline, map[string]tektonTask) {
 
 // tektonCatalogTask is the catalog Task that the example Pipeline uses.
 const tektonCatalogTask = "tekton/task/buildlock-deploy/0.1/buildlock-deploy.yaml"
+
+// TestTektonTaskNumbersTheBuildByItsPipelineRun: Tekton numbers no builds;
+// run without the build param, the Task numbers the build by its
+// PipelineRun (kubectl buildlock build-number --pipelinerun <its
+// tekton.dev/pipelineRun label>), and its acquire and release steps agree
+// on that number; a build param, where a trigger has one, wins.
+func TestTektonTaskNumbersTheBuildByItsPipelineRun(t *testing.T) {
+	p, tasks := tektonExample(t)
+	s := newStubs(t)
+	run := runTektonPipeline(t, s, p, tasks, map[string]any{"repo": "acme/shop", "branch": "main"}, nil)
+	if run.failed != "" {
+		t.Fatalf("task %s failed; output:\n%s", run.failed, run.output.String())
+	}
+	var numbered, builds []string
+	for _, c := range named(s.calls(t), stubPlugin) {
+		switch c.Args[0] {
+		case "build-number":
+			pr, _ := c.flag("--pipelinerun")
+			numbered = append(numbered, pr)
+		case "acquire", "release":
+			b, _ := c.flag("--build")
+			builds = append(builds, c.Args[0]+" "+b)
+		}
+	}
+	if len(numbered) != 4 || slices.ContainsFunc(numbered, func(pr string) bool { return pr != tektonPipelineRun }) {
+		t.Errorf("build-number ran for %q, want the PipelineRun %s for each acquire and release", numbered, tektonPipelineRun)
+	}
+	want := []string{"acquire " + stubBuildNumber, "release " + stubBuildNumber, "acquire " + stubBuildNumber, "release " + stubBuildNumber}
+	if !slices.Equal(builds, want) {
+		t.Errorf("the plugin ran %q, want %q", builds, want)
+	}
+
+	s = newStubs(t)
+	runTektonPipeline(t, s, p, tasks, map[string]any{"repo": "acme/shop", "branch": "main", "build": "42"}, nil)
+	for _, c := range named(s.calls(t), stubPlugin) {
+		if b, _ := c.flag("--build"); c.Args[0] == "build-number" || (c.Args[0] == "acquire" && b != "42") {
+			t.Errorf("with build 42, the plugin ran %q", c.Args)
+		}
+	}
+}

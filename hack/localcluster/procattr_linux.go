@@ -1,0 +1,10 @@
+package main
+
+import "syscall"
+
+// childProcAttr starts the manager binary in a process group of its own, so
+// that the terminal's Ctrl-C reaches only this process, which stops it in
+// order; and makes it die with this process should this one be killed.
+func childProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+}
