@@ -164,9 +164,9 @@ func TestRenderedChartValues(t *testing.T) {
 			"Role": 1, "RoleBinding": 1, "Service": 1, "Deployment": 1, "CustomResourceDefinition": 2,
 			// config/identity (requester, force-release, override; claim
 			// identity, consent, force-release, freezes, grant-leases,
-			// override) and the bindings guard, each with its binding
+			// override, text) and the bindings guard, each with its binding
 			"MutatingAdmissionPolicy": 3, "MutatingAdmissionPolicyBinding": 3,
-			"ValidatingAdmissionPolicy": 7, "ValidatingAdmissionPolicyBinding": 7,
+			"ValidatingAdmissionPolicy": 8, "ValidatingAdmissionPolicyBinding": 8,
 		}))
 		var d appsv1.Deployment
 		find(t, objs, "Deployment", "buildlock", &d)
