@@ -179,7 +179,7 @@ func AcquireHold(ctx context.Context, c client.WithWatch, claim Claim, opts ...O
 	bl, attached, err := createOrAttach(ctx, c, claim, p, o)
 	if err != nil {
 		stopWatching(nil)
-		<-watched
+		<-watched //nolint:errcheck // the watch only stopped: the create's error is the one to return
 		p.close()
 		return nil, err
 	}

@@ -17,7 +17,7 @@ const (
 )
 
 // version is one version of a grant Lease: holder ("" for nobody) and
-// token, written by the operator (labelled) or by someone else.
+// token, written by the operator (labeled) or by someone else.
 type version struct {
 	holder   string
 	token    int64

@@ -249,6 +249,7 @@ func (w *watcher) start(ctx context.Context, fail context.CancelCauseFunc, f *fe
 // not support streaming lists).
 type listThenWatch struct{ *cache.ListWatch }
 
+// IsWatchListSemanticsUnSupported says so to the reflector.
 func (listThenWatch) IsWatchListSemanticsUnSupported() bool { return true }
 
 // watchClaims watches the BuildLocks of namespace that selector picks

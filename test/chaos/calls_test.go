@@ -235,7 +235,7 @@ func TestClassifyCall(t *testing.T) {
 		by     string
 	}{
 		{"done", live, nil, true, callDone, ""},
-		{"the run's end cancelled the call", ended, urlErr(context.Canceled), true, callStopped, ""},
+		{"the run's end canceled the call", ended, urlErr(context.Canceled), true, callStopped, ""},
 		{"a refusal that came before the run's end", ended, policyRefusal, true, callRefused, "buildlock-override"},
 		{"discovery refused by an API server starting (failed to get server groups: unknown)", live,
 			fmt.Errorf("failed to get server groups: %w", apierrors.NewGenericServerResponse(http.StatusForbidden, "GET", schema.GroupResource{}, "", "unknown", 0, true)), true, callTransient, ""},
@@ -281,7 +281,7 @@ func TestClassifyCall(t *testing.T) {
 		}
 	}
 	if r := classifyCall(ended, urlErr(context.Canceled), true); r.wrongAuthority("buildlock-override") || r.retryable() {
-		t.Error("a call the run's end cancelled: the wrong authority, or retried")
+		t.Error("a call the run's end canceled: the wrong authority, or retried")
 	}
 	if !classifyCall(live, rbacRefusal, true).retryable() || !classifyCall(live, dial(syscall.ECONNREFUSED), true).retryable() || classifyCall(live, policyRefusal, true).retryable() {
 		t.Error("retryable: want RBAC refusals and transient failures retried, admission's refusals not")

@@ -203,15 +203,6 @@ func (s *operatorState) outages(from, to time.Time) []span {
 	return out
 }
 
-// outage is how long no manager could act within [from, to).
-func (s *operatorState) outage(from, to time.Time) time.Duration {
-	var d time.Duration
-	for _, o := range s.outages(from, to) {
-		d += o.to.Sub(o.from)
-	}
-	return d
-}
-
 // unseen is how long, within [from, to), no manager could act or the
 // checker could not see what it did (its own watches down): the union of
 // the outages and the blind stretches.
@@ -338,14 +329,14 @@ func (c *Checker) ManagerCut(name string, cut bool) {
 // APIServerUp that it answers (ready) again.
 func (c *Checker) APIServerDown(name string) { c.setPlane(name, true) }
 
-// APIServerUp: see APIServerDown.
+// APIServerUp tells the checker that API server name answers again.
 func (c *Checker) APIServerUp(name string) { c.setPlane(name, false) }
 
 // EtcdDown tells the checker that the run killed etcd (no API server
 // answers then); EtcdUp that it is healthy again.
 func (c *Checker) EtcdDown() { c.setPlane("", true) }
 
-// EtcdUp: see EtcdDown.
+// EtcdUp tells the checker that etcd is healthy again.
 func (c *Checker) EtcdUp() { c.setPlane("", false) }
 
 func (c *Checker) setPlane(server string, down bool) {
@@ -415,7 +406,7 @@ func (c *Checker) WatchDown(kind string) {
 	}
 }
 
-// WatchUp: see WatchDown.
+// WatchUp tells the checker that its watch of kind is back (see WatchDown).
 func (c *Checker) WatchUp(kind string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
