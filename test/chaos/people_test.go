@@ -789,9 +789,11 @@ func (p *people) overrideFreeze(ctx context.Context) bool {
 // claims the same repository and branch under a workflow nobody used
 // before, with an older build and source an hour older (issue 31, breaks 5
 // and 6: a workflow's line escaping the branch's memory, or squatted).
-// Every rule of the checker judges it as any claim; what became of it is
-// a figure (a branch-wide "never backwards" rule needs the branch order of
-// spec.timestamp across workflows: issue 31's workflows part).
+// Every rule of the checker judges it as any claim, and once the
+// branch's newer build held, the older one must never be granted, whatever
+// its workflow (branch-never-backwards: across the workflows of a branch,
+// a build that started before one the branch deployed does not deploy
+// after it). What became of it is a figure.
 func (p *people) newWorkflow(ctx context.Context) bool {
 	p.seq++
 	ns, target, seq := p.floodNS, "workflows-0", p.seq
@@ -845,6 +847,15 @@ func (p *people) newWorkflow(ctx context.Context) bool {
 			p.ops.add(fmt.Sprintf("an older build under a new workflow, after the branch's newer build held: %s/%s", phaseOf(bl.Status.Phase), bl.Status.Reason), 1)
 		}
 		release(p.flood, other)
+		// Judged once both are gone, by what the checker saw of the grant
+		// Lease: a grant it missed while its watch was down is a grant too.
+		if _, _, newerHeld, _ := p.h.check.ClaimEnd(ns, held); newerHeld {
+			if _, _, olderHeld, _ := p.h.check.ClaimEnd(ns, other); olderHeld {
+				p.h.check.AddViolation(LockKey{Namespace: ns, Target: target}, "branch-never-backwards",
+					"build %d of acme/hotfix@main under workflow new-%d (started an hour before) was granted after build %d of the branch held",
+					49+seq, seq, 50+seq)
+			}
+		}
 	})
 	return true
 }
