@@ -41,6 +41,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/buildlock/buildlock/internal/controller"
 	"github.com/buildlock/buildlock/internal/localcluster"
 	"github.com/buildlock/buildlock/internal/testenv"
 )
@@ -50,7 +51,8 @@ func main() {
 	manager := flag.String("manager", "", "Run this manager binary (e.g. bin/manager) against the local control plane instead of the operator in-process; arguments after -- are passed to it.")
 	opts := testenv.DefaultManagerOptions()
 	flag.DurationVar(&opts.FinishedTTL, "finished-ttl", opts.FinishedTTL, "Delete finished claims after this long (in-process operator only; 0 keeps them).")
-	flag.StringVar(&opts.MetricsBindAddress, "metrics-bind-address", "127.0.0.1:8080", "Serve the operator's metrics over plain HTTP here; a free port of the same host when it is taken, \"0\" for none.")
+	opts.MetricsBindAddress = controller.LocalMetricsBindAddress
+	flag.StringVar(&opts.MetricsBindAddress, "metrics-bind-address", opts.MetricsBindAddress, "Serve the operator's metrics over plain HTTP here; a free port of the same host when it is taken, \"0\" for none.")
 	zapOpts := zap.Options{Development: true}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Usage = func() {

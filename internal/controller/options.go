@@ -85,6 +85,11 @@ type Options struct {
 	SkipNameValidation bool
 }
 
+// LocalMetricsBindAddress is where `make run`'s in-process operator serves
+// its metrics: over plain HTTP on loopback, for a person on the machine,
+// unlike the in-cluster default (HTTPS on :8443).
+const LocalMetricsBindAddress = "127.0.0.1:8080"
+
 // DefaultOptions returns the operator's defaults: the one place each is
 // defined. cmd/manager's flags default to them, the local control plane
 // and the demo run with them, and a chart test holds the chart's values to

@@ -296,6 +296,16 @@ func heldAndEnded(h *history, name, repo string, build int64, token int32) {
 	h.status(name, buildlockv1.PhaseReleased, buildlockv1.ReasonPodFinished, 0, "")
 }
 
+// createWorkflow: the workload creates a claim of repo's main under
+// workflow (an unverified one: the checker's pipelines have none).
+func (h *history) createWorkflow(name, repo, workflow string, build int64) {
+	bl := h.create(name, repo, build, "pod-"+name)
+	bl.ResourceVersion = h.nextRV()
+	bl.Spec.Workflow = workflow
+	h.ledger.WroteSpec(ns, name, bl.Spec)
+	h.c.ObserveClaim(watch.Modified, bl.DeepCopy())
+}
+
 func (h *history) deleteClaim(name string, byOwner bool) {
 	if byOwner {
 		h.ledger.RequestDelete(ns, name)
@@ -457,6 +467,30 @@ func TestCheckerAccepts(t *testing.T) {
 				s.QueuedAt = &metav1.MicroTime{Time: linePlace}
 			})
 			h.status("api-137", buildlockv1.PhaseSuperseded, buildlockv1.ReasonSupersededByNewerBuild, 0, "api-138")
+		},
+		// Issue 31: a claim under a workflow nothing verified is judged by
+		// its branch's line without a workflow too, and the new holder of
+		// its branch supersedes it under Fifo (the short run of seed 1,
+		// after the branch rules).
+		"Fifo: a workflow's claim superseded by a higher build of its branch's line": func(h *history) {
+			h.setPolicy(buildlockv1.OrderingFifo, 0)
+			h.createWorkflow("nightly-2", "acme/web", "nightly", 2)
+			h.later(time.Second)
+			h.create("web-17", "acme/web", 17, "pod-web-17")
+			h.hold("web-17", 1)
+			h.status("nightly-2", buildlockv1.PhaseSuperseded, buildlockv1.ReasonSupersededByNewerBuild, 0, "web-17")
+		},
+		"a workflow's claim superseded by the memory of its branch's line": func(h *history) {
+			h.remember("acme/shop", 42, h.now)
+			h.createWorkflow("nightly-3", "acme/shop", "nightly", 3)
+			h.status("nightly-3", buildlockv1.PhaseSuperseded, buildlockv1.ReasonSupersededByNewerBuild, 0, "")
+		},
+		"a build superseded by its branch's build of another workflow that started later": func(h *history) {
+			h.createWorkflow("deploy-9", "acme/shop", "deploy", 9)
+			h.later(time.Second)
+			h.createWorkflow("hotfix-2", "acme/shop", "hotfix", 2)
+			h.hold("hotfix-2", 1)
+			h.status("deploy-9", buildlockv1.PhaseSuperseded, buildlockv1.ReasonSupersededByNewerBuild, 0, "hotfix-2")
 		},
 		"a second workflow's lower run number": func(h *history) {
 			heldAndEnded(h, "deploy-500", "acme/shop", 500, 1)
@@ -1336,6 +1370,16 @@ func TestCheckerReports(t *testing.T) {
 		},
 		"a claim superseded by a memory of its line that does not exist": {
 			history: func(h *history) {
+				h.create("a", "acme/shop", 41, "pod-a")
+				h.status("a", buildlockv1.PhaseSuperseded, buildlockv1.ReasonSupersededByNewerBuild, 0, "")
+			},
+			rules: []string{"superseded-by-newer"},
+		},
+		"a claim superseded by its branch's build of another workflow that started before it": {
+			history: func(h *history) {
+				h.createWorkflow("hotfix-2", "acme/shop", "hotfix", 2)
+				h.hold("hotfix-2", 1)
+				h.later(time.Second)
 				h.create("a", "acme/shop", 41, "pod-a")
 				h.status("a", buildlockv1.PhaseSuperseded, buildlockv1.ReasonSupersededByNewerBuild, 0, "")
 			},

@@ -39,6 +39,39 @@ type heldBuild struct {
 	// owner is the identity of the claim that held (its requester; in a
 	// Lease's memory, the record's owner).
 	owner string
+	// started is when the build started (its claim's order time; in a
+	// Lease's memory, the record's started, zero where it has none).
+	started time.Time
+}
+
+// judgedOn lists the lines a claim is judged on (the arbiter's rule 3): its
+// own and, when it names a workflow, its branch's line without one. The
+// checker takes every workflow as one nothing verified (its pipelines are
+// service accounts, which have none), which at worst lets it explain more.
+func judgedOn(cv *claimView) []line {
+	l := lineOf(cv.spec)
+	if l.workflow == "" {
+		return []line{l}
+	}
+	return []line{l, {repo: l.repo, branch: l.branch}}
+}
+
+// sameBranch reports whether two lines are of one repository and branch.
+func sameBranch(a, b line) bool { return a.repo == b.repo && a.branch == b.branch }
+
+// branchExplains reports whether build b of line l, which held (or is
+// granted), may supersede claim cv by the rules of cv's branch (the
+// arbiter's rules 3 and 6): b is of a line cv is judged on and at or above
+// cv's build, or of another line of cv's branch and started no earlier
+// than cv.
+func branchExplains(cv *claimView, l line, build int64, started time.Time) bool {
+	if !sameBranch(l, lineOf(cv.spec)) {
+		return false
+	}
+	if slices.Contains(judgedOn(cv), l) && build >= cv.spec.Build {
+		return true
+	}
+	return l != lineOf(cv.spec) && !started.IsZero() && !started.Before(cv.orderTime())
 }
 
 // fairLine follows one line's wait in a Queue: it joined at place q with
@@ -173,10 +206,13 @@ func atLeastAsNew(a, b *claimView) bool {
 
 // checkSuperseded: a claim is only ever superseded by a claim of its lock
 // that is at least as new: in every ordering by a build of its line at
-// least as high; across lines only with NewestWins, by a build that started
-// no earlier. A claim superseded by no claim (the grant record's memory)
-// must be at or below a build of its line that held within the retention;
-// one refused as a rollback is judged by checkRollbackRefusal alone.
+// least as high, or of its branch (any workflow) by one that explains it
+// by the branch's rules (branchExplains); across other lines only with
+// NewestWins, by a build that started no earlier. A claim superseded by no
+// claim (the grant record's memory) must be at or below a build of its
+// line that held within the retention, or be explained by a build of its
+// branch that did; one refused as a rollback is judged by
+// checkRollbackRefusal alone.
 func (c *Checker) checkSuperseded(e Entry, lv *lockView, cv *claimView, now time.Time) {
 	if c.checkRollbackRefusal(e, lv, cv) {
 		return
@@ -211,6 +247,8 @@ func (c *Checker) checkSuperseded(e Entry, lv *lockView, cv *claimView, now time
 		c.violate(e, "superseded-by-newer", "%s was superseded by %s, a claim of another lock (%s)", cv.name, by.name, by.lock)
 	case lineOf(by.spec) == lineOf(cv.spec) && by.spec.Build < cv.spec.Build:
 		c.violate(e, "superseded-by-newer", "%s (build %d) was superseded by the lower build %d of its line, %s", cv.name, cv.spec.Build, by.spec.Build, by.name)
+	case lineOf(by.spec) != lineOf(cv.spec) && branchExplains(cv, lineOf(by.spec), by.spec.Build, by.orderTime()):
+		// A claim of its branch: judged on its line, or started later.
 	case lineOf(by.spec) != lineOf(cv.spec) && !orderings[buildlockv1.OrderingNewestWins]:
 		c.violate(e, "superseded-by-newer", "%s (%s) was superseded by %s of another line (%s) under the ordering %s, where lines never supersede each other",
 			cv.name, lineOf(cv.spec), by.name, lineOf(by.spec), orderingList(orderings))
@@ -239,6 +277,24 @@ func (c *Checker) heldAtOrAbove(lv *lockView, cv *claimView, now time.Time, with
 			return b, true
 		}
 	}
+	return c.heldByBranch(lv.lines, cv, now, within)
+}
+
+// heldByBranch returns a build of another line of cv's branch, in held
+// (the holds seen, or a Lease's memory), that held within the given time
+// before now and explains cv's supersession by its branch (branchExplains).
+func (c *Checker) heldByBranch(held map[line][]heldBuild, cv *claimView, now time.Time, within time.Duration) (heldBuild, bool) {
+	own := lineOf(cv.spec)
+	for l, builds := range held {
+		if l == own || !sameBranch(l, own) {
+			continue
+		}
+		for _, b := range builds {
+			if b.name != cv.name && now.Sub(b.at) < within && branchExplains(cv, l, b.build, b.started) {
+				return b, true
+			}
+		}
+	}
 	return heldBuild{}, false
 }
 
@@ -263,26 +319,37 @@ func (c *Checker) checkSupersededByLine(e Entry, lv *lockView, cv *claimView, no
 	lv.memoryPending = append(lv.memoryPending, memorySupersession{e: e, cv: cv, now: now})
 }
 
-// boundByLine reports whether a build of cv's line held within the
-// retention explains its supersession by the line's rules (reasons
+// boundByLine reports whether a build of cv's branch held within the
+// retention explains its supersession by the branch's rules (reasons
 // LineOwnedByOther and BuildJumpTooLarge): another service account held
-// the line, and cv's creator is a service account too; or cv's build is
-// more than the jump bound above the highest build of its line that held.
+// one of the branch's lines, and cv's creator is a service account too; or
+// cv's build is more than the jump bound above a build that held of a line
+// it is judged on.
 func (c *Checker) boundByLine(lv *lockView, cv *claimView, now time.Time) bool {
 	within := c.o.Retention + 2*c.o.Tolerance
-	l := lineOf(cv.spec)
-	for _, b := range slices.Concat(lv.lines[l], lv.memory[l]) {
-		if b.name == cv.name || now.Sub(b.at) >= within {
-			continue
-		}
-		switch cv.status.Reason {
-		case buildlockv1.ReasonLineOwnedByOther:
-			if isServiceAccount(b.owner) && isServiceAccount(cv.requester) && b.owner != cv.requester {
-				return true
+	own := lineOf(cv.spec)
+	judged := judgedOn(cv)
+	for _, held := range []map[line][]heldBuild{lv.lines, lv.memory} {
+		for l, builds := range held {
+			if !sameBranch(l, own) {
+				continue
 			}
-		case buildlockv1.ReasonBuildJumpTooLarge:
-			if cv.spec.Build-b.build > buildlockv1.DefaultMaxBuildJump {
-				return true
+			for _, b := range builds {
+				if b.name == cv.name || now.Sub(b.at) >= within {
+					continue
+				}
+				switch cv.status.Reason {
+				case buildlockv1.ReasonLineOwnedByOther:
+					// A branch belongs to the pipeline that held any of
+					// its lines.
+					if isServiceAccount(b.owner) && isServiceAccount(cv.requester) && b.owner != cv.requester {
+						return true
+					}
+				case buildlockv1.ReasonBuildJumpTooLarge:
+					if slices.Contains(judged, l) && cv.spec.Build-b.build > buildlockv1.DefaultMaxBuildJump {
+						return true
+					}
+				}
 			}
 		}
 	}
@@ -310,7 +377,8 @@ func (c *Checker) rememberedAtOrAbove(lv *lockView, cv *claimView, now time.Time
 			return true
 		}
 	}
-	return false
+	_, ok := c.heldByBranch(lv.memory, cv, now, c.o.Retention+c.o.Tolerance)
+	return ok
 }
 
 // explainedByMemory reports whether what the checker knows now explains a
@@ -334,6 +402,7 @@ func (c *Checker) noteMemory(e Entry, lv *lockView, l *coordinationv1.Lease) {
 		Build    int64     `json:"build"`
 		HeldAt   time.Time `json:"heldAt"`
 		Owner    string    `json:"owner"`
+		Started  time.Time `json:"started"`
 	}
 	if raw != "" {
 		if err := json.Unmarshal([]byte(raw), &records); err != nil {
@@ -349,7 +418,7 @@ func (c *Checker) noteMemory(e Entry, lv *lockView, l *coordinationv1.Lease) {
 			known = known || (b.build == r.Build && b.at.Equal(r.HeldAt))
 		}
 		if !known {
-			lv.memory[ln] = append(lv.memory[ln], heldBuild{build: r.Build, at: r.HeldAt, owner: r.Owner})
+			lv.memory[ln] = append(lv.memory[ln], heldBuild{build: r.Build, at: r.HeldAt, owner: r.Owner, started: r.Started})
 		}
 		if b, ok := remembered[ln]; !ok || r.Build > b.build {
 			remembered[ln] = heldBuild{build: r.Build, at: r.HeldAt, owner: r.Owner}
@@ -453,7 +522,7 @@ func (c *Checker) rememberHeld(lv *lockView, cv *claimView, acquired time.Time) 
 			kept = append(kept, b)
 		}
 	}
-	lv.lines[l] = append(kept, heldBuild{build: cv.spec.Build, at: acquired, name: cv.name, owner: cv.requester})
+	lv.lines[l] = append(kept, heldBuild{build: cv.spec.Build, at: acquired, name: cv.name, owner: cv.requester, started: cv.orderTime()})
 }
 
 // queuedAt is a claim's place in its lock's queue (zero: none).
