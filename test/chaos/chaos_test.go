@@ -856,9 +856,9 @@ func (h *harness) report() {
 		st.ClaimEvents+st.LeaseEvents+st.PolicyEvents, st.ClaimEvents, st.LeaseEvents, st.PolicyEvents, st.Grants, st.HeldTransitions, st.MaxToken, st.OwnerDeletes, st.TTLDeletes, st.LeaseDeletes)
 	h.figure("checker re-lists after 410 Gone: %s; objects found changed %d, gone %d (deletions explained by the time the watch was down: %d; holds granted unseen: %d, claims that held unseen: %d; supersessions by claims never seen, judged by their specs: %d; by the line memory of a hold only the Lease showed: %d; grant Leases found gone whose holder had ended unseen: %d)",
 		relists, st.RelistChanged, st.RelistGone, st.GapDeletes, st.GapHold, st.UnseenHolds, st.GapSupersessions, st.MemorySupersessions, st.GapLeaseDeletes)
-	h.figure("renewals: %d (%d stamped more than a minute ahead); holds that ended LockLost after their expiry: %d; longest a hold was seen past its end: %s (slack %s); "+
+	h.figure("renewals: %d (%d stamped more than a minute ahead); holds that ended LockLost after their expiry: %d, once a freeze released them: %d; longest a hold was seen past its end: %s (slack %s); "+
 		"longest a reaction went past the slack within the time no manager could act: %s (the longest such allowance: %s)",
-		st.Renewals, st.FarRenewals, st.LockLostExpired, st.LongestOverrun.Round(time.Millisecond), h.o.holdSlack,
+		st.Renewals, st.FarRenewals, st.LockLostExpired, st.LockLostFrozen, st.LongestOverrun.Round(time.Millisecond), h.o.holdSlack,
 		st.LongestExcused.Round(time.Millisecond), st.LongestAllowance.Round(time.Millisecond))
 	h.figure("%s", h.check.OutageFigures())
 	h.figure("orderings: %d grants judged by queue order, %d queue joins followed for fairness, %d ordering changes, %d waiting claims moved up to their line's place",

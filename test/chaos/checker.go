@@ -175,6 +175,9 @@ type CheckerStats struct {
 	// LockLostExpired counts holds that ended LockLost although their hold
 	// had expired (the expiry the grant record should have kept).
 	LockLostExpired int
+	// LockLostFrozen counts holds that ended LockLost while a freeze that
+	// releases its holder had started.
+	LockLostFrozen int
 	// QueueGrants counts grants judged by the queue-order rule, and
 	// FairnessTracked the lines whose fairness bound was followed.
 	QueueGrants, FairnessTracked int
@@ -1014,8 +1017,8 @@ func (c *Checker) checkReleased(e Entry, lv *lockView, cv *claimView, from build
 }
 
 // checkLockLost: only a holder loses the lock, and only a hold that ended
-// anyway: its pod finished or is gone, it was force-released, or it ran out
-// of time.
+// anyway: its pod finished or is gone, it was force-released, a freeze
+// that releases its holder started, or it ran out of time.
 func (c *Checker) checkLockLost(e Entry, lv *lockView, cv *claimView, from buildlockv1.Phase, now time.Time) {
 	ref := cv.spec.PodRef
 	ns := cv.lock.Namespace
@@ -1026,6 +1029,12 @@ func (c *Checker) checkLockLost(e Entry, lv *lockView, cv *claimView, from build
 		c.violate(e, "released-for-a-reason", "%s Released as LockLost from %s; only a holder can lose the lock", cv.name, from)
 	case c.ledger.ForceReleaseRequested(ns, cv.name):
 	case granted && bounded && !now.Add(c.o.Tolerance).Before(acquired.Add(shortest)):
+	case c.freezeReleased(lv, cv, now):
+		// A manager that saw the freeze released the hold (its Lease
+		// version raised the token: its first write after it started); one
+		// that had not seen the freeze yet, running beside it, took that
+		// for a hand-off and wrote the holder's end as LockLost.
+		c.stats.LockLostFrozen++
 	case ref == nil:
 		c.checkExpiryPassed(e, "no-preemption", lv, cv, now)
 		c.stats.LockLostExpired++

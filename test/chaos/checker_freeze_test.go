@@ -181,6 +181,29 @@ func TestCheckerWindows(t *testing.T) {
 			h.grant("", 1)
 			h.status("a", buildlockv1.PhaseReleased, buildlockv1.ReasonFreezeStarted, 0, "")
 		}, nil},
+		// The short run of seed 612326126: a manager that saw the freeze
+		// released the holder (raising the token, its first write after it
+		// started); another, running beside it and not seeing the freeze
+		// yet, took that for a hand-off and wrote the holder's end as
+		// LockLost.
+		{"a holder a freeze released, shown LockLost by a manager that had not seen the freeze", func(h *history) {
+			w := deny
+			w.Holder = buildlockv1.WindowHolderRelease
+			h.setWindows(w)
+			waiting(h)
+			grantAt(h, 5*time.Second, "Holding")
+			h.now = t0.Add(10 * time.Second)
+			h.grant("", 100)
+			h.status("a", buildlockv1.PhaseReleased, buildlockv1.ReasonLockLost, 0, "")
+		}, nil},
+		{"a holder shown LockLost during a freeze that keeps its holder", func(h *history) {
+			h.setWindows(deny)
+			waiting(h)
+			grantAt(h, 5*time.Second, "Holding")
+			h.now = t0.Add(10 * time.Second)
+			h.grant("", 100)
+			h.status("a", buildlockv1.PhaseReleased, buildlockv1.ReasonLockLost, 0, "")
+		}, []string{"no-preemption"}},
 		{"a holder released as FreezeStarted without such a window", func(h *history) {
 			h.setWindows(deny)
 			waiting(h)

@@ -368,23 +368,33 @@ func (l *Ledger) OverrideRequested(ns, name string) bool {
 // granted (and before the checker saw it released), in some version of the
 // windows since the grant.
 func (c *Checker) checkFreezeStarted(e Entry, lv *lockView, cv *claimView, now time.Time) {
+	if !c.freezeReleased(lv, cv, now) {
+		c.violate(e, "released-for-a-reason", "%s Released as FreezeStarted but no Deny window with holder Release started while it held", cv.name)
+	}
+}
+
+// freezeReleased reports whether a Deny window whose holder is Release
+// started after cv was granted and by now, in some version of the windows
+// since the grant: a freeze that ends cv's hold.
+func (c *Checker) freezeReleased(lv *lockView, cv *claimView, now time.Time) bool {
 	tol := c.o.Tolerance
 	acquired, granted := c.acquiredAt(lv, cv)
 	if !granted {
 		acquired = cv.created
 	}
 	vs := c.win().versions[cv.lock]
-	if len(vs) > 0 {
-		for _, v := range versionsAround(vs, acquired.Add(-max(min(c.o.PolicyLag, windowLag), tol)), now) {
-			for _, w := range v.windows {
-				if w.Kind != buildlockv1.WindowDeny || w.Holder != buildlockv1.WindowHolderRelease {
-					continue
-				}
-				if w.Start == nil || (!w.Start.Before(acquired.Add(-tol)) && !w.Start.After(now.Add(tol))) {
-					return // a recurring one is not followed occurrence by occurrence
-				}
+	if len(vs) == 0 {
+		return false
+	}
+	for _, v := range versionsAround(vs, acquired.Add(-max(min(c.o.PolicyLag, windowLag), tol)), now) {
+		for _, w := range v.windows {
+			if w.Kind != buildlockv1.WindowDeny || w.Holder != buildlockv1.WindowHolderRelease {
+				continue
+			}
+			if w.Start == nil || (!w.Start.Before(acquired.Add(-tol)) && !w.Start.After(now.Add(tol))) {
+				return true // a recurring one is not followed occurrence by occurrence
 			}
 		}
 	}
-	c.violate(e, "released-for-a-reason", "%s Released as FreezeStarted but no Deny window with holder Release started while it held", cv.name)
+	return false
 }
