@@ -47,7 +47,9 @@ func TestAcquireOnAFreeLockHoldsWithToken1(t *testing.T) {
 	if got := p.stdout.String(); got != "1\n" {
 		t.Errorf("stdout = %q, want the fencing token %q", got, "1\n")
 	}
-	bl := f.get("acme-shop-main-42-staging")
+	// The plugin returns on the operator's grant Lease; the claim's status
+	// says so a write later.
+	bl := f.waitForPhase("acme-shop-main-42-staging", buildlockv1.PhaseHeld)
 	if bl == nil || bl.Status.Phase != buildlockv1.PhaseHeld || bl.Status.FencingToken != 1 {
 		t.Fatalf("BuildLock = %+v, want it Held with token 1", bl)
 	}
@@ -379,7 +381,7 @@ func TestAPodFromHostnameIsTheClaimsPod(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("acquire exited %d; stderr:\n%s", code, p.stderr)
 	}
-	bl := f.get("acme-shop-main-3-staging")
+	bl := f.waitForPhase("acme-shop-main-3-staging", buildlockv1.PhaseHeld) // a write after the grant Lease
 	if bl.Spec.PodRef == nil || bl.Spec.PodRef.Name != "deploy-pod-0" || bl.Spec.PodRef.UID != string(pod.UID) ||
 		bl.Status.Phase != buildlockv1.PhaseHeld || lock.RunIDOf(bl) != string(pod.UID) {
 		t.Errorf("claim = %+v / %+v, run %q; want it Held by pod deploy-pod-0 and its UID", bl.Spec, bl.Status, lock.RunIDOf(bl))
