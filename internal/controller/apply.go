@@ -38,24 +38,26 @@ type granter struct {
 // is undone, as a compare-and-swap on what was read, and an enforced lock
 // always has a Lease: a free lock then refuses every pipeline write). It
 // returns the observation and decision that stand; a lock whose Lease name
-// someone else's Lease takes (obs.foreign) is not written.
-func (g granter) apply(ctx context.Context, lock arbiter.Lock, obs observation, d arbiter.Decision, now time.Time) (observation, arbiter.Decision, error) {
+// someone else's Lease takes (obs.foreign) is not written. It also
+// returns the instant the decision that stands was taken at (later than
+// now when a lost race made it decide again).
+func (g granter) apply(ctx context.Context, lock arbiter.Lock, obs observation, d arbiter.Decision, now time.Time) (observation, arbiter.Decision, time.Time, error) {
 	lease := obs.lease
 	if d.GrantChanged {
 		var err error
-		if obs, d, lease, err = g.writeChange(ctx, lock, obs, d, now); err != nil {
+		if obs, d, lease, now, err = g.writeChange(ctx, lock, obs, d, now); err != nil {
 			if !lostRace(err) {
 				g.metrics.observeGrantWriteError()
 			}
-			return obs, d, err
+			return obs, d, now, err
 		}
 		if obs.foreign != nil {
-			return obs, d, nil
+			return obs, d, now, nil
 		}
 	}
 	if !grant.Current(lock, lease, d.Grant, obs.policy.Enforce) {
 		if err := g.reserve(ctx, lock, obs, d.Grant); err != nil {
-			return obs, d, err
+			return obs, d, now, err
 		}
 		if _, err := grant.Write(ctx, g.client, g.memory, lock, lease, d.Grant, obs.policy.Enforce, now); err != nil {
 			if lease == nil && apierrors.IsAlreadyExists(err) {
@@ -63,31 +65,32 @@ func (g granter) apply(ctx context.Context, lock arbiter.Lock, obs observation, 
 				// did not show: it may be somebody else's, which no retry
 				// would ever create.
 				if obs.foreign, err = g.foreignLease(ctx, lock); obs.foreign != nil || err != nil {
-					return obs, d, err
+					return obs, d, now, err
 				}
 			}
-			return obs, d, err
+			return obs, d, now, err
 		}
 	}
 	g.rememberTokens(lock, obs, d)
-	return obs, d, nil
+	return obs, d, now, nil
 }
 
 // writeChange writes the grant of d, which changes it, and returns the
-// observation and decision that stand and the Lease after the write.
-func (g granter) writeChange(ctx context.Context, lock arbiter.Lock, obs observation, d arbiter.Decision, now time.Time) (observation, arbiter.Decision, *coordinationv1.Lease, error) {
+// observation and decision that stand, the Lease after the write, and the
+// instant the decision that stands was taken at.
+func (g granter) writeChange(ctx context.Context, lock arbiter.Lock, obs observation, d arbiter.Decision, now time.Time) (observation, arbiter.Decision, *coordinationv1.Lease, time.Time, error) {
 	if err := g.reserve(ctx, lock, obs, d.Grant); err != nil {
-		return obs, d, nil, err
+		return obs, d, nil, now, err
 	}
 	lease, err := grant.Write(ctx, g.client, g.memory, lock, obs.lease, d.Grant, obs.policy.Enforce, now)
 	if lostRace(err) {
-		if obs, d, err = g.decider.decideLive(ctx, lock, obs, now); err != nil || obs.foreign != nil {
-			return obs, d, nil, err
+		if obs, d, now, err = g.decider.decideLive(ctx, lock, obs, now); err != nil || obs.foreign != nil {
+			return obs, d, nil, now, err
 		}
 		lease = obs.lease
 		if d.GrantChanged {
 			if err := g.reserve(ctx, lock, obs, d.Grant); err != nil {
-				return obs, d, nil, err
+				return obs, d, nil, now, err
 			}
 			lease, err = grant.Write(ctx, g.client, g.memory, lock, obs.lease, d.Grant, obs.policy.Enforce, now)
 		}
@@ -101,7 +104,7 @@ func (g granter) writeChange(ctx context.Context, lock arbiter.Lock, obs observa
 			g.metrics.observeRepair(d.Repair)
 		}
 	}
-	return obs, d, lease, err
+	return obs, d, lease, now, err
 }
 
 // reserve makes the namespace's token floor hold the token of grant before

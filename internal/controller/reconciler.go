@@ -101,11 +101,17 @@ func (r *lockReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	}
 	edge := freezeAt(&obs, now)
 	var d arbiter.Decision
+	decidedAt := now
 	if obs.foreign == nil {
-		obs, d, err = r.decider.decideSafely(ctx, lock, obs, now)
+		obs, d, decidedAt, err = r.decider.decideSafely(ctx, lock, obs, now)
 	}
 	if err == nil && obs.foreign == nil {
-		obs, d, err = r.granter.apply(ctx, lock, obs, d, now)
+		obs, d, decidedAt, err = r.granter.apply(ctx, lock, obs, d, decidedAt)
+	}
+	if decidedAt != now {
+		// Decided again on live reads, later: the rest goes by that
+		// decision's time.
+		now, edge = decidedAt, freezeAt(&obs, decidedAt)
 	}
 	if err == nil && obs.foreign != nil {
 		return r.refuseForeignLease(ctx, lock, obs, now)

@@ -106,7 +106,7 @@ func setupControllers(mgr ctrl.Manager, o Options) error {
 	metrics.clock = o.Clock
 	obs := observer{cache: mgr.GetClient(), apiReader: mgr.GetAPIReader(), admission: policies,
 		requesterSettle: o.RequesterSettle, defaults: o.arbiterDefaults(), deleted: newDeletions(), memory: memory, own: newOwnStatuses()}
-	dec := decider{observer: obs, memory: memory, admission: policies, arbiter: o.Decide}
+	dec := decider{observer: obs, memory: memory, admission: policies, arbiter: o.Decide, clock: o.Clock}
 	r := &lockReconciler{
 		clock:    o.Clock,
 		observer: obs,

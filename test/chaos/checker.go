@@ -49,6 +49,9 @@ const LinesAnnotation = "buildlock.io/lines"
 const (
 	WriterPodAnnotation  = "buildlock.io/writer-pod-uid"
 	WriterUserAnnotation = "buildlock.io/writer-username"
+	// WriterRunAnnotation pins a pod-less holder's writes to its CI run,
+	// when its requester had one.
+	WriterRunAnnotation = "buildlock.io/writer-run"
 )
 
 // ManagedByLabel, with value ManagedByValue, marks the Leases the operator

@@ -78,11 +78,15 @@ type deployer struct {
 // grantVersion is a version of an enforced lock's Lease, as the checker's
 // watch delivered it (at: the deployer's clock, which no warp moves).
 type grantVersion struct {
-	rv       uint64
-	at       time.Time
-	pod      string // buildlock.io/writer-pod-uid: whose pod may write
-	relisted bool   // seen in a re-list: versions before it may be missing
-	person   bool   // written by a person, not the operator
+	rv  uint64
+	at  time.Time
+	pod string // buildlock.io/writer-pod-uid: whose pod may write
+	// user and run are a pod-less holder's (buildlock.io/writer-username,
+	// buildlock.io/writer-run): every token of that user, of that run if
+	// one is named, may write.
+	user, run string
+	relisted  bool // seen in a re-list: versions before it may be missing
+	person    bool // written by a person, not the operator
 }
 
 type heldPipeline struct {
@@ -199,7 +203,8 @@ func (d *deployer) observeLease(typ watch.EventType, l *coordinationv1.Lease) {
 	rv, _ := strconv.ParseUint(l.ResourceVersion, 10, 64)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.grants[k] = append(d.grants[k], grantVersion{rv: rv, at: time.Now(), pod: l.Annotations[WriterPodAnnotation], relisted: typ == Relisted,
+	d.grants[k] = append(d.grants[k], grantVersion{rv: rv, at: time.Now(), pod: l.Annotations[WriterPodAnnotation],
+		user: l.Annotations[WriterUserAnnotation], run: l.Annotations[WriterRunAnnotation], relisted: typ == Relisted,
 		person: d.ledger != nil && d.ledger.PersonWroteLease(l)})
 }
 
@@ -476,6 +481,13 @@ func (d *deployer) judge(c *Checker) string {
 				}
 				continue
 			}
+			if i >= 0 && hist[i].pod == "" && hist[i].run == "" && hist[i].user == podIdentity(k.Namespace, "", "").UserName {
+				// A pod-less holder whose requester is the pipelines'
+				// service account: the fence admits every token of that
+				// account (docs/enforcement.md), the deployer's pods too.
+				counts.add("admitted as the pod-less holder's service account", 1)
+				continue
+			}
 			j := i
 			for j >= 0 && hist[j].pod != w.pod {
 				j--
@@ -573,6 +585,18 @@ func TestDeployerJudge(t *testing.T) {
 		"a pod the grant may have named in the gap a later re-list closed": {
 			writes: []deployWrite{admitted("c", 1500, 24)},
 			grants: []grantVersion{{rv: 10, at: at(0), pod: "a"}, {rv: 20, at: at(1000), pod: "b"}, {rv: 40, at: at(9000), pod: "d", relisted: true}}, want: 0,
+		},
+		// The short run of seed 1 (2026-12-03): a pod-less claim of the
+		// pipelines' service account held the enforced lock, and the fence
+		// let the pods of that account write, as docs/enforcement.md says.
+		"a pod-less holder of the pipelines' service account: its account's pods write": {
+			writes: []deployWrite{admitted("c", 1500, 24)},
+			grants: []grantVersion{{rv: 10, at: at(0), pod: "a"}, {rv: 20, at: at(1000), user: podIdentity(k.Namespace, "", "").UserName}}, want: 0,
+		},
+		"a pod-less holder of another identity, or pinned to a run: no pod writes": {
+			writes: []deployWrite{admitted("c", 1500, 24), admitted("c", 1600, 34)},
+			grants: []grantVersion{{rv: 10, at: at(0), pod: "a"}, {rv: 20, at: at(1000), user: "alice@example.com"},
+				{rv: 30, at: at(1550), user: podIdentity(k.Namespace, "", "").UserName, run: "run-7"}}, want: 2,
 		},
 		"a refused old holder": {
 			writes: []deployWrite{{lock: k, pod: "a", kind: "old holder", sent: at(1200), done: at(1210), refused: true}}, want: 0, figures: "over 1 moves",
