@@ -492,6 +492,23 @@ func TestCheckerAccepts(t *testing.T) {
 			h.hold("hotfix-2", 1)
 			h.status("deploy-9", buildlockv1.PhaseSuperseded, buildlockv1.ReasonSupersededByNewerBuild, 0, "hotfix-2")
 		},
+		// Seed 69436560, load-0/load-1 (2026-12-03): the claim watch broke;
+		// in the gap build 92 was superseded by its line's build 343, whose
+		// hold the retention still counted then; the re-list that showed it
+		// came later than the retention after 343's grant.
+		"a supersession a re-list found, judged from when the watch last delivered": func(h *history) {
+			h.create("b343", "acme/shop", 343, "")
+			h.hold("b343", 1)
+			h.create("b92", "acme/shop", 92, "")
+			h.later(time.Minute - 5*time.Second) // within the retention (an hour, +tolerance) from the grant: see below
+			h.c.WatchDown("BuildLock")
+			h.later(2 * time.Hour) // the gap: the retention has long passed when the list comes
+			b := h.claims["b92"].DeepCopy()
+			b.ResourceVersion = h.nextRV()
+			b.Status.Phase, b.Status.Reason = buildlockv1.PhaseSuperseded, buildlockv1.ReasonSupersededByNewerBuild
+			h.c.RelistClaims([]buildlockv1.BuildLock{*h.claims["b343"], *b}, b.ResourceVersion)
+			h.c.WatchUp("BuildLock")
+		},
 		"a second workflow's lower run number": func(h *history) {
 			heldAndEnded(h, "deploy-500", "acme/shop", 500, 1)
 			bl := h.create("hotfix-12", "acme/shop", 12, "pod-hotfix-12")

@@ -305,6 +305,14 @@ func (c *Checker) heldByBranch(held map[line][]heldBuild, cv *claimView, now tim
 // the version that does may still be on its way (two watches), so what is
 // not explained yet is judged at the end of the run.
 func (c *Checker) checkSupersededByLine(e Entry, lv *lockView, cv *claimView, now time.Time) {
+	if c.relisting {
+		// Found by a re-list: the supersession happened at some point since
+		// the claim watch last delivered, and the retention counts from
+		// then at the earliest.
+		if since, ok := c.op.blindSince["BuildLock"]; ok && since.Before(now) {
+			now = since
+		}
+	}
 	if r := cv.status.Reason; r != buildlockv1.ReasonLineOwnedByOther && r != buildlockv1.ReasonBuildJumpTooLarge {
 		if _, ok := c.heldAtOrAbove(lv, cv, now, c.o.Retention+c.o.Tolerance); ok {
 			return
