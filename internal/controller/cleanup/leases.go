@@ -83,13 +83,26 @@ func (r *IdleLeases) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if due := grant.LastWritten(lease).Add(r.Retention); now.Before(due) {
 		return ctrl.Result{RequeueAfter: due.Sub(now)}, nil
 	}
+	// The deletion rests on the lock having no claims, which a claims cache
+	// behind the API server cannot tell (a claim created a moment ago): ask
+	// the API server before deleting.
+	if claimed, err = r.claimedIn(ctx, r.APIReader, lock); err != nil || claimed {
+		return ctrl.Result{}, err
+	}
 	return retryOnRace(r.deleteIdle(ctx, lease))
 }
 
 // claimed reports whether the lock has claims, in the cache.
 func (r *IdleLeases) claimed(ctx context.Context, lock arbiter.Lock) (bool, error) {
+	return r.claimedIn(ctx, r.Client, lock)
+}
+
+// claimedIn reports whether the lock has claims, as reader shows them (the
+// target is a selectable field of BuildLocks, so a live list asks for that
+// target's claims alone).
+func (r *IdleLeases) claimedIn(ctx context.Context, reader client.Reader, lock arbiter.Lock) (bool, error) {
 	var list buildlockv1.BuildLockList
-	if err := r.Client.List(ctx, &list, client.InNamespace(lock.Namespace), client.MatchingFields{buildlockv1.TargetField: lock.Target}); err != nil {
+	if err := reader.List(ctx, &list, client.InNamespace(lock.Namespace), client.MatchingFields{buildlockv1.TargetField: lock.Target}); err != nil {
 		return false, fmt.Errorf("listing BuildLocks for target %q in %q: %w", lock.Target, lock.Namespace, err)
 	}
 	return len(list.Items) > 0, nil
