@@ -49,6 +49,8 @@ K8S_LDFLAGS := -s -w \
 
 GO_TEST_FLAGS ?= -race
 FUZZTIME ?= 60s
+# Each fuzz target stops after FUZZTIME; the timeout only bounds a hang.
+FUZZ_TIMEOUT ?= 60m
 
 .PHONY: all
 all: build
@@ -123,11 +125,11 @@ test: manifests generate fmt vet envtest $(KREW) $(KREW_VALIDATE) ## Build missi
 
 .PHONY: fuzz
 fuzz: ## Fuzz every parser and the arbiter, FUZZTIME each.
-	go test ./internal/arbiter -run '^$$' -fuzz '^FuzzDecide$$' -fuzztime $(FUZZTIME)
-	go test ./internal/window -run '^$$' -fuzz '^FuzzCalendar$$' -fuzztime $(FUZZTIME)
-	go test ./pkg/lock -run '^$$' -fuzz '^FuzzName$$' -fuzztime $(FUZZTIME)
-	go test ./pkg/lock -run '^$$' -fuzz '^FuzzDetectCI$$' -fuzztime $(FUZZTIME)
-	go test ./cmd/kubectl-buildlock -run '^$$' -fuzz '^FuzzParseAcquire$$' -fuzztime $(FUZZTIME)
+	go test ./internal/arbiter -run '^$$' -fuzz '^FuzzDecide$$' -fuzztime $(FUZZTIME) -timeout $(FUZZ_TIMEOUT)
+	go test ./internal/window -run '^$$' -fuzz '^FuzzCalendar$$' -fuzztime $(FUZZTIME) -timeout $(FUZZ_TIMEOUT)
+	go test ./pkg/lock -run '^$$' -fuzz '^FuzzName$$' -fuzztime $(FUZZTIME) -timeout $(FUZZ_TIMEOUT)
+	go test ./pkg/lock -run '^$$' -fuzz '^FuzzDetectCI$$' -fuzztime $(FUZZTIME) -timeout $(FUZZ_TIMEOUT)
+	go test ./cmd/kubectl-buildlock -run '^$$' -fuzz '^FuzzParseAcquire$$' -fuzztime $(FUZZTIME) -timeout $(FUZZ_TIMEOUT)
 
 .PHONY: lint
 lint: $(GOLANGCI_LINT) ## Run golangci-lint with .golangci.yml.

@@ -21,7 +21,7 @@ bench: envtest ## Benchmark hand-offs, acquires, scale, API cost and memory agai
 	@mkdir -p $(BENCH_DIR)
 	go build -o $(BENCH_DIR)/manager ./cmd/manager
 	go build -o $(BENCH_DIR)/kubectl-buildlock ./cmd/kubectl-buildlock
-	go test -run '^$$' -bench BenchmarkDecide -benchmem ./internal/arbiter/ | tee $(BENCH_DIR)/decide.txt
+	go test -run '^$$' -bench BenchmarkDecide -benchmem -timeout 10m ./internal/arbiter/ | tee $(BENCH_DIR)/decide.txt
 	cd test/bench && go test -tags bench -run '^TestBench$$' -timeout 60m -v . -args \
 		-bench.work=$(BENCH_DIR) -bench.manager=$(BENCH_DIR)/manager -bench.plugin=$(BENCH_DIR)/kubectl-buildlock \
 		-bench.decide=$(BENCH_DIR)/decide.txt $(BENCH_FLAGS)
