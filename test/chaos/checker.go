@@ -607,7 +607,7 @@ func (c *Checker) heldUnseen(lv *lockView, cv *claimView, bl *buildlockv1.BuildL
 	cv.heldTokens = append(cv.heldTokens, bl.Status.FencingToken)
 	lv.lastHeldToken = max(lv.lastHeldToken, bl.Status.FencingToken)
 	if at := bl.Status.AcquiredAt; at != nil {
-		c.rememberHeld(lv, cv, at.Time)
+		c.rememberHeld(lv, cv, at.Time, int64(bl.Status.FencingToken))
 	}
 	c.stats.UnseenHolds++
 	return true
@@ -1250,7 +1250,7 @@ func (c *Checker) noteGrant(e Entry, lv *lockView, l *coordinationv1.Lease, hold
 	c.noteWindowGrant(e, e.Lock, holder, token, acquired, regrant)
 	if _, uid, ok := strings.Cut(holder, "/"); ok {
 		if cv := c.claims[types.UID(uid)]; cv != nil && !acquired.IsZero() {
-			c.rememberHeld(lv, cv, acquired)
+			c.rememberHeld(lv, cv, acquired, int64(token))
 		}
 	}
 }

@@ -509,6 +509,20 @@ func TestCheckerAccepts(t *testing.T) {
 			h.c.RelistClaims([]buildlockv1.BuildLock{*h.claims["b343"], *b}, b.ResourceVersion)
 			h.c.WatchUp("BuildLock")
 		},
+		// Seed 69436560, load-0/load-14 (2026-12-03): build 86 of a line
+		// was granted (token 4801), then build 281 (4802) while 86 was
+		// ending; the Lease watch delivered 281's grant before the claims'
+		// watch delivered 86's Held. 86 was granted first, by its token.
+		"a lower token's hold of a line delivered after a higher build's grant": func(h *history) {
+			h.create("b86", "acme/shop", 86, "pod-b86")
+			h.create("b281", "acme/shop", 281, "pod-b281")
+			h.grant("b86", 1)
+			h.later(time.Second)
+			h.grant("b281", 2)
+			h.status("b86", buildlockv1.PhaseHeld, buildlockv1.ReasonAcquired, 1, "", func(st *buildlockv1.BuildLockStatus) {
+				st.AcquiredAt = &metav1.MicroTime{Time: h.now.Add(-time.Second)}
+			})
+		},
 		"a second workflow's lower run number": func(h *history) {
 			heldAndEnded(h, "deploy-500", "acme/shop", 500, 1)
 			bl := h.create("hotfix-12", "acme/shop", 12, "pod-hotfix-12")

@@ -42,6 +42,10 @@ type heldBuild struct {
 	// started is when the build started (its claim's order time; in a
 	// Lease's memory, the record's started, zero where it has none).
 	started time.Time
+	// token is the hold's fencing token (zero where unknown): tokens of a
+	// lock only go up, so they order its grants whatever order the
+	// checker's two watches delivered them in.
+	token int64
 }
 
 // judgedOn lists the lines a claim is judged on (the arbiter's rule 3): its
@@ -461,6 +465,11 @@ func (c *Checker) checkNoRollback(e Entry, lv *lockView, cv *claimView) {
 		if b.name == cv.name || b.build < cv.spec.Build || c.forgotten(lv, cv.lock, b) {
 			continue
 		}
+		if b.token > 0 && cv.status.FencingToken > 0 && cv.status.FencingToken < b.token {
+			// Granted before b (a lower token), seen after it: the claims'
+			// watch delivered b's hold first.
+			continue
+		}
 		if b.build > cv.spec.Build && rollback {
 			continue
 		}
@@ -479,7 +488,7 @@ func (c *Checker) checkNoRollback(e Entry, lv *lockView, cv *claimView) {
 		c.stats.Rollbacks++
 		lv.lines[l] = nil
 	}
-	c.rememberHeld(lv, cv, acquired)
+	c.rememberHeld(lv, cv, acquired, int64(cv.status.FencingToken))
 }
 
 // ended reports whether the claim of build b, which held lock k, has
@@ -519,9 +528,9 @@ func (c *Checker) rollbackAllowed(lv *lockView, cv *claimView, acquired time.Tim
 	return false
 }
 
-// rememberHeld records that claim cv's build was granted at acquired (once
-// per claim): by the Lease that names it, or by its Held status.
-func (c *Checker) rememberHeld(lv *lockView, cv *claimView, acquired time.Time) {
+// rememberHeld records that claim cv's build was granted at acquired with
+// token (once per claim): by the Lease that names it, or by its Held status.
+func (c *Checker) rememberHeld(lv *lockView, cv *claimView, acquired time.Time, token int64) {
 	l := lineOf(cv.spec)
 	kept := lv.lines[l][:0]
 	for _, b := range lv.lines[l] {
@@ -530,7 +539,8 @@ func (c *Checker) rememberHeld(lv *lockView, cv *claimView, acquired time.Time) 
 			kept = append(kept, b)
 		}
 	}
-	lv.lines[l] = append(kept, heldBuild{build: cv.spec.Build, at: acquired, name: cv.name, owner: cv.requester, started: cv.orderTime()})
+	lv.lines[l] = append(kept, heldBuild{build: cv.spec.Build, at: acquired, name: cv.name, owner: cv.requester, started: cv.orderTime(),
+		token: token})
 }
 
 // queuedAt is a claim's place in its lock's queue (zero: none).
