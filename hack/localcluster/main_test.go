@@ -217,6 +217,14 @@ func TestMakeRunServesMetricsAndStopsCleanlyWhenPiped(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a control plane; skipped with -short")
 	}
+	if os.Getenv("BUILDLOCK_TEST_PIPED_STOP") == "" {
+		// Known bug, open (issue 33): now and then (2 of 6 .ci/runs on
+		// 2026-12-03, once on a quiet machine) the local control plane's
+		// files are still there 3 minutes after Ctrl-C, the cleanup hung;
+		// it passes alone in about 30 s. Off in make test until it is found
+		// (docs/runs/2026-12-03-make-test-loaded.md).
+		t.Skip("set BUILDLOCK_TEST_PIPED_STOP=1: the piped Ctrl-C cleanup hangs now and then (issue 33, open)")
+	}
 	r := startPiped(t, buildLocalcluster(t))
 	kubeconfig := r.readUntil(t, kubeconfigLine, 5*time.Minute)[1]
 	url := r.readUntil(t, metricsLine, 10*time.Second)[1]
